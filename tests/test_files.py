@@ -7,6 +7,7 @@ shared data folder, and it skips cleanly when the file is absent.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -371,6 +372,37 @@ def test_text_labels_are_one_line_with_the_fix_when_saved_and_when_read(tmp_path
         NPZSource(str(tmp_path / "t.npz")).load()
     assert str(err.value) == (f"{tmp_path / 't.npz'}: 'y' holds labels that are not numbers ('maybe', 'no', 'yes'); "
                               f"{fix}, and save the archive again (dane.save_npz(path, X, y))")
+
+
+
+@pytest.mark.parametrize("call, error, line", [
+    (lambda tmp: save_npz(tmp / "none" / "t.npz", np.ones((2, 2)), [0, 1]), DataError,
+     "save_npz: {tmp}/none/t.npz cannot be written: folder {tmp}/none does not exist; create it first, or choose "
+     "another path"),  # np.savez's FileNotFoundError
+    (lambda tmp: save_npz(tmp, np.ones((2, 2)), [0, 1]), DataError,
+     "save_npz: {tmp}.npz cannot be written (is a directory); choose another path"),  # its IsADirectoryError
+    (lambda tmp: save_npz(3, np.ones((2, 2)), [0, 1]), ConfigError,
+     "save_npz: path must be a file's path (a str or a pathlib.Path), got 3"),  # pathlib's TypeError
+    (lambda tmp: save_npz(tmp.parent / "t.npz", np.ones((2, 2)) * 1j, [0, 1]), DataError,
+     "save_npz: X holds complex numbers; save X.real or abs(X), as the model needs"),  # saved X.real, warned
+    (lambda tmp: save_npz(tmp.parent / "t.npz", np.ones((2, 2)), np.array([0, 1j])), DataError,
+     "save_npz: y holds complex numbers; save y.real or abs(y), as the model needs"),
+], ids=["no_folder", "a_folder", "a_number", "complex_X", "complex_y"])
+def test_a_path_or_arrays_save_npz_cannot_write_are_one_line(tmp_path, call, error, line):
+    """Each was a traceback from NumPy or pathlib, or (complex) an archive of the real parts with only NumPy's
+    ComplexWarning."""
+    (tmp_path / "d.npz").mkdir()
+    with pytest.raises(error, match=f"^{re.escape(line.format(tmp=tmp_path / 'd'))}$"):
+        call(tmp_path / "d")
+    assert [p.name for p in tmp_path.iterdir()] == ["d.npz"]
+
+
+@pytest.mark.parametrize("key, value", [("categorical", None), ("categorical", 3), ("drop", None)])
+def test_csv_columns_that_are_no_names_are_one_line(key, value):
+    """CSVSource(..., categorical=None) was a TypeError ("'NoneType' object is not iterable")."""
+    with pytest.raises(ConfigError, match=f"^data.{key} must be a column name or a list of them, got {value}; give "
+                                          r"\[\] for none$"):
+        CSVSource("x.csv", target="y", **{key: value})
 
 
 # ---------------------------------------------------------------- labels

@@ -17,6 +17,7 @@ client, whatever they hold.
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +63,11 @@ class CSVSource(FileSource, ShardingKeys):
         self.check_path(columns="a column of the header")
         if not isinstance(self.target, str) or not self.target:
             raise ConfigError(f"data.target must name the label column, got {self.target!r}")
+        for key in ("categorical", "drop"):  # None or a number: a TypeError from iterating it
+            value = getattr(self, key)
+            if not isinstance(value, (str, Iterable)) or isinstance(value, Mapping):
+                raise ConfigError(f"data.{key} must be a column name or a list of them, got {value!r}; give [] "
+                                  "for none")
         columns = (self.categorical,) if isinstance(self.categorical, str) else self.categorical
         object.__setattr__(self, "categorical", tuple(str(c) for c in columns))
         dropped = (self.drop,) if isinstance(self.drop, str) else self.drop

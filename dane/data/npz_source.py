@@ -17,6 +17,7 @@ one line, as the CSV reader refuses it.
 
 from __future__ import annotations
 
+import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -270,6 +271,14 @@ def save_npz(path: str | Path, X, y, *, x_key: str = "X", y_key: str = "y", colu
     strings), e.g. ``columns={"groups": g}`` for ``data.sharding=column data.client_column=groups``; a name
     that is X's or y's key is refused. Returns the path written; NumPy adds ``.npz`` when ``path`` lacks it.
     """
+    if not isinstance(path, (str, os.PathLike)) or path == "":
+        raise ConfigError(f"save_npz: path must be a file's path (a str or a pathlib.Path), got {path!r}")
+    if not Path(path).parent.is_dir():  # checked before any array is converted (np.savez's FileNotFoundError)
+        raise DataError(f"save_npz: {path} cannot be written: folder {Path(path).parent} does not exist; create it "
+                        "first, or choose another path")
+    for key, array in (("X", X), ("y", y)):  # float64 would drop the imaginary part with only a warning
+        if np.iscomplexobj(array.data if sp.issparse(array) else array):
+            raise DataError(f"save_npz: {key} holds complex numbers; save {key}.real or abs({key}), as the model needs")
     try:
         y = np.asarray(y, dtype=np.float64)
     except (ValueError, TypeError):  # text labels: NumPy's bare "could not convert string to float"
@@ -291,8 +300,13 @@ def save_npz(path: str | Path, X, y, *, x_key: str = "X", y_key: str = "y", colu
     for name, values in (columns or {}).items():
         arrays[name] = _column(name, values, arrays, X.shape[0])
     path = Path(path)
-    np.savez(path, **arrays)
-    return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+    written = path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+    try:
+        np.savez(path, **arrays)
+    except OSError as err:  # a folder of that name, no permission, a full disk
+        raise DataError(f"save_npz: {written} cannot be written ({(err.strerror or str(err)).lower()}); choose "
+                        "another path") from None
+    return written
 
 
 def shown_values(values, most: int = 3) -> str:
