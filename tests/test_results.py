@@ -211,6 +211,16 @@ def test_read_rounds_names_an_unreadable_log_and_the_fix_in_one_data_error(tmp_p
         assert [r["round"] for r in read_rounds(tmp_path)] == [0, 1]
 
 
+
+@pytest.mark.parametrize("read", [results.read_rounds, results.read_summary])
+@pytest.mark.parametrize("run_dir", [None, 3])
+def test_a_run_dir_that_is_no_path_is_one_line(read, run_dir):
+    """read_rounds(None) and read_summary(3) were pathlib's TypeError ("expected str, bytes or os.PathLike")."""
+    with pytest.raises(ConfigError, match=re.escape(f"run_dir must be a run folder's path (a str or a pathlib.Path: "
+                                                    f"its out_dir), got {run_dir!r}") + "$"):
+        read(run_dir)
+
+
 def test_a_run_directory_names_resume_only_where_a_checkpoint_can_continue_it(tmp_path):
     """A run without a committed checkpoint cannot be continued with resume= (it says "no checkpoint/ folder"), nor
     can a finished one (refused as finished), unless it stopped at its cap and more rounds extend it: the refusal's

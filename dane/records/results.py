@@ -362,15 +362,24 @@ def scan_rounds(run_dir: str | Path) -> tuple[list[dict], int | None]:
     return records, None
 
 
+def run_folder(run_dir):
+    """``run_dir`` as `read_rounds` and `read_summary` take it, a folder's path; else one line (None or a number was
+    pathlib's TypeError)."""
+    if not isinstance(run_dir, (str, os.PathLike)):
+        raise ConfigError(f"run_dir must be a run folder's path (a str or a pathlib.Path: its out_dir), got "
+                          f"{run_dir!r}")
+    return run_dir
+
+
 def read_rounds(run_dir: str | Path) -> list[dict]:
     """The records of ``run_dir``'s rounds.jsonl (`scan_rounds`: a torn last line is left out; a missing or
     unreadable file, or any other line that is no record, is a `DataError` naming it and the fix)."""
-    return scan_rounds(run_dir)[0]
+    return scan_rounds(run_folder(run_dir))[0]
 
 
 def read_summary(run_dir: str | Path) -> dict:
     """The run's summary.json; a `DataError` naming the file where it is not a JSON object (a write cut short)."""
-    path = Path(run_dir) / SUMMARY_FILE
+    path = Path(run_folder(run_dir)) / SUMMARY_FILE
     try:
         loaded = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
