@@ -108,7 +108,11 @@ ARRAYS = np.random.default_rng(0).standard_normal((40, 3)), np.arange(40.0)
     (lambda X, y: dane.problems.Softmax(X, y % 3, name="mine"),
      "dane.problems.Softmax takes no name=: it is problem=softmax, the softmax loss; for another use "
      "dane.problems.Ridge, LogReg or Softmax"),
-], ids=["complex_X", "complex_sparse_X", "complex_y", "no_rows", "no_columns", "unknown_keyword", "loss", "name"])
+    (lambda X, y: dane.problems.LogReg(X, y > 20, classes=3),  # fitted two classes: problem.classes was not read
+     "problem.classes=3 is the class count of problem=softmax; problem=logreg does not read it: drop it, or use "
+     "problem=softmax"),
+], ids=["complex_X", "complex_sparse_X", "complex_y", "no_rows", "no_columns", "unknown_keyword", "loss", "name",
+        "classes_of_logreg"])
 def test_arrays_or_keywords_a_problem_cannot_take_are_one_line(make, line):
     """Complex X or y ran on their real parts (NumPy's ComplexWarning); X of no rows was refused by fit as "workers=1
     exceeds the 0 rows of arrays; use fewer workers", of no columns ran a model of no weights; a misspelt keyword, or

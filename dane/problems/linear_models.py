@@ -116,6 +116,9 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         object.__setattr__(self, "optimum", check_mode("problem.optimum", self.optimum))
         if self.classes is not None:
             checks.positive_int("problem.classes", self.classes)
+            if self.loss != "softmax":  # was left unread: LogReg(X, y, classes=3) fitted two classes
+                raise ConfigError(f"problem.classes={self.classes} is the class count of problem=softmax; "
+                                  f"problem={self.name} does not read it: drop it, or use problem=softmax")
         if self.data is None:
             raise ConfigError(f"problem={self.name} needs data: data=csv data.path=... data.target=..., "
                               "data=libsvm data.path=..., data=npz data.path=..., or data=builtin data.dataset=...")
