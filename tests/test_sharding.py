@@ -77,6 +77,22 @@ def test_iid_on_a_file_source_is_the_permutation_every_backend_deals(tmp_path):
             .startswith("local solver")  # iid adds no note: an existing run's notes are unchanged
 
 
+def test_softmax_counts_the_whole_data_sets_classes_on_a_shard_that_lacks_some(tmp_path):
+    """A skewed shard may lack the largest label: every worker's softmax still has all the data's classes (it had
+    the shard's own count, and the run's first allreduce stopped on tensors of two sizes); problem.classes below
+    the labels names the data's count, not a shard's."""
+    for source in sources(tmp_path, sharding="classes", classes_per_worker=1):
+        config = LinearModelConfig(data=source, loss="softmax", name="softmax", seed=0)
+        shards = [config.build(rank, 3) for rank in range(3)]
+        assert sorted(len(np.unique(s.y)) for s in shards) == [1, 1, 1]  # one label each
+        assert [s.classes for s in shards] == [3, 3, 3] and len({s.dim for s in shards}) == 1
+        low = LinearModelConfig(data=source, loss="softmax", name="softmax", classes=2, seed=0)
+        for rank in range(3):
+            with pytest.raises(ConfigError, match=r"^problem.classes=2 but the labels go up to 2; raise "
+                                                  r"problem.classes to 3, or drop it \(read from the labels\)$"):
+                low.build(rank, 3)
+
+
 def test_existing_dirichlet_shards_are_unchanged():
     """Pinned from the implementation before every source shared it (d6ab0c9), for the same labels and seed."""
     labels = torch.arange(60) % 3

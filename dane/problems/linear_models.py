@@ -369,7 +369,7 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
             part, n_total = self.source.load_part(rank, size)
             # every part codes the labels against the same class list, even one that lacks a class
             classes = np.arange(self.classes) if self.loss == "softmax" else None
-            X, y = part.X, check_labels(part.y, self.loss, part.name, classes=classes)
+            X, y, labels = part.X, check_labels(part.y, self.loss, part.name, classes=classes), None
             if self.fit_intercept:
                 X = add_intercept(X)
             notes += part.notes
@@ -378,7 +378,7 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
             n_total = len(y_all)
             idx, shard_notes = self.worker_rows(rank, size)
             part = self.source.fetch(idx + 1)  # ids are 1..n in row order
-            X, y = part.X, y_all[idx]
+            X, y, labels = part.X, y_all[idx], y_all
             if self.fit_intercept:
                 X = add_intercept(X)
             notes += part.notes + self._by_id_labels()[2] + shard_notes
@@ -386,21 +386,26 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
             table = self.table()
             n_total = len(table.y)
             idx, shard_notes = self.worker_rows(rank, size)
-            X, y = table.X[idx], table.y[idx]
+            X, y, labels = table.X[idx], table.y[idx], table.y
             notes += table.notes + shard_notes
-        problem = self._shard(X, y, size=size, n_total=n_total, rank=rank, dtype=dtype, notes=notes)
+        problem = self._shard(X, y, size=size, n_total=n_total, rank=rank, dtype=dtype, notes=notes, labels=labels)
         if self.standardize_target:
             problem.target_units = self.target_units()
         return problem
 
-    def _shard(self, X, y, *, size: int, n_total: int, rank: int, dtype: torch.dtype, notes=()) -> LinearModelShard:
+    def _shard(self, X, y, *, size: int, n_total: int, rank: int, dtype: torch.dtype, notes=(),
+               labels: np.ndarray | None = None) -> LinearModelShard:
+        """Worker ``rank``'s problem on its rows ``X, y``; ``labels``: the whole data set's, where a process read
+        them, so that every worker counts the same classes (a skewed shard may lack the largest)."""
         from .neural import pick_device
 
         self.check_device()  # again: a caller may build without check_workers
-        classes = self.num_classes(y)
+        labels = y if labels is None else labels
+        classes = self.num_classes(labels)
         y_t = torch.as_tensor(y, dtype=torch.int64 if self.loss == "softmax" else dtype)
-        if self.loss == "softmax" and len(y) and int(y.max()) >= classes:
-            raise ConfigError(f"problem.classes={classes} but the labels go up to {int(y.max())}; raise problem.classes")
+        if self.loss == "softmax" and len(labels) and int(labels.max()) >= classes:
+            raise ConfigError(f"problem.classes={classes} but the labels go up to {int(labels.max())}; raise "
+                              f"problem.classes to {int(labels.max()) + 1}, or drop it (read from the labels)")
         check_memory(X, classes, self.solver.resolve(X.shape[1], scipy.sparse.issparse(X)).method,
                      getattr(self.source, "path", self.source.name), dtype,
                      float64_copy=self.optimum == "auto" and dtype != torch.float64)
