@@ -175,3 +175,21 @@ def test_logreg_on_the_ten_classes_names_softmax():
         assert str(refused.value) == ("problem=logreg fits two classes, but synthetic(0,0) has 10 (labels 0..9); use "
                                       "problem=softmax problem.classes=10")
     assert LinearModelConfig(name="ridge", loss="squared", data=SyntheticSource()).loss == "squared"
+
+
+def test_softmax_with_too_few_classes_names_the_ten():
+    """problem=softmax data=synthetic problem.classes=3 workers=30 said "synthetic(1,1)[client 0]: labels {6} are not
+    among the classes {0, 1, 2}; pass every class value in classes" (no config key), and without problem.classes
+    "problem=softmax on presharded data needs problem.classes": both are refused before any row is drawn, naming
+    problem.classes=10; pooled rows need no problem.classes (read from the labels), but a short one is refused too."""
+    from dane.problems.linear_models import LinearModelConfig
+
+    for keys, classes, given in (({}, 3, "problem.classes=3"), ({}, None, "problem.classes is not set"),
+                                 (POOLED, 3, "problem.classes=3"), ({"sharding": "iid"}, 9, "problem.classes=9")):
+        with pytest.raises(ConfigError) as refused:
+            LinearModelConfig(name="softmax", loss="softmax", classes=classes, data=SyntheticSource(**keys))
+        assert str(refused.value) == (f"{given}, but synthetic(0,0)'s labels take 10 classes (0..9); "
+                                      "set problem.classes=10")
+    for keys in (POOLED, {"sharding": "iid"}):
+        assert LinearModelConfig(name="softmax", loss="softmax", data=SyntheticSource(**keys)).classes is None
+    assert LinearModelConfig(name="softmax", loss="softmax", classes=12, data=SyntheticSource()).classes == 12

@@ -127,6 +127,11 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
         if self.loss == "logistic" and classes is not None and classes > 2:
             raise ConfigError(f"problem={self.name} fits two classes, but {self.source.name} has {classes} (labels "
                               f"0..{classes - 1}); use problem=softmax problem.classes={classes}")
+        if self.loss == "softmax" and classes is not None and (self.classes or 0) < classes \
+                and (self.classes is not None or self.source.presharded):  # the parts need it: one may lack a class
+            given = "problem.classes is not set" if self.classes is None else f"problem.classes={self.classes}"
+            raise ConfigError(f"{given}, but {self.source.name}'s labels take {classes} classes (0..{classes - 1}); "
+                              f"set problem.classes={classes}")
         if self.loss != "squared" and self.lam == 0:
             raise ConfigError(f"problem.lam must be > 0 for problem={self.name} (the {self.loss} loss alone may "
                               "have no minimizer, e.g. on separable data), got 0")
