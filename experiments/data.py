@@ -35,7 +35,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dane data", description="Upload a data set into a MongoDB store.")
     sub = p.add_subparsers(dest="command", required=True)
     push = sub.add_parser("push", help="a CSV, LIBSVM or NPZ table, or a folder of labelled images")
-    push.add_argument("source", help="the file, or a folder FOLDER/<label>/<image>")
+    push.add_argument("source", help="the file (by its suffix: .csv, .npz, any other LIBSVM), or a folder "
+                      "FOLDER/<label>/<image>")
     push.add_argument("--uri", required=True, help="mongodb://HOST[:PORT]/DATABASE, or a folder (embedded store; "
                       "relative: from the working folder, as a run's data.uri)")
     push.add_argument("--collection", required=True, help="the data set's name in the store")
@@ -66,9 +67,13 @@ def read_table(args):
         options["client_column"] = args.client_column
     keys = {"sharding": "column"} if args.client_column is not None else {}
     arrays = {k: v for k, v in (("x_key", args.x_key), ("y_key", args.y_key)) if v is not None}
-    if args.drop and path.suffix.lower() != ".csv":
-        raise UserError(f"dane data push {args.source}: --drop names columns of a CSV; this is not one (push it "
-                        "without it)")
+    csv_only = [f"--{k}" for k, given in (("target", args.target), ("categorical", args.categorical),
+                                          ("drop", args.drop), ("delimiter", args.delimiter != ",")) if given]
+    if csv_only and path.suffix.lower() != ".csv":  # it was ignored (a .tsv read as LIBSVM said 'not LIBSVM')
+        kind = "an .npz archive" if path.suffix.lower() == ".npz" else "LIBSVM"
+        raise UserError(f"dane data push {args.source}: {csv_only[0]} is a CSV option, but this file is read as {kind} "
+                        f"(the format is the suffix: .csv, .npz, any other LIBSVM); push it without "
+                        f"{' '.join(csv_only)}, or a CSV table under a name ending in .csv")
     if arrays and path.suffix.lower() != ".npz":
         raise UserError(f"dane data push {args.source}: --{next(iter(arrays)).replace('_', '-')} names an array of an "
                         ".npz archive; this is not one (push it without it)")

@@ -493,8 +493,21 @@ def test_a_push_leaves_out_the_columns_of_drop_as_a_run_does(files, tmp_path, ca
                                        "set --drop to one of them\n")
     with pytest.raises(SystemExit):
         main(["push", str(files / "t.npz"), "--drop", "a", "--uri", uri, "--collection", "t"])
-    assert capsys.readouterr().err == (f"error: dane data push {files / 't.npz'}: --drop names columns of a CSV; this "
-                                       "is not one (push it without it)\n")
+    assert capsys.readouterr().err == (f"error: dane data push {files / 't.npz'}: --drop is a CSV option, but this "
+                                       "file is read as an .npz archive (the format is the suffix: .csv, .npz, any "
+                                       "other LIBSVM); push it without --drop, or a CSV table under a name ending in "
+                                       ".csv\n")
+    # a tab-separated table under another suffix was read as LIBSVM ('... is not LIBSVM'), and --target on a
+    # LIBSVM file was ignored: a CSV option on a file that is not read as CSV is refused, before anything is read
+    tsv = tmp_path / "ids.tsv"
+    tsv.write_text(table.read_text().replace(",", "\t"))
+    for options in (["--target", "y", "--delimiter", "\t"], ["--categorical", "kind"]):
+        with pytest.raises(SystemExit):
+            main(["push", str(tsv), *options, "--uri", uri, "--collection", "tsv"])
+        assert capsys.readouterr().err == (f"error: dane data push {tsv}: {options[0]} is a CSV option, but this file "
+                                           "is read as LIBSVM (the format is the suffix: .csv, .npz, any other "
+                                           f"LIBSVM); push it without {' '.join(o for o in options if o[:2] == '--')}"
+                                           ", or a CSV table under a name ending in .csv\n")
 
 
 def test_a_relative_store_is_the_working_folders_for_the_push_and_the_run(files, tmp_path, monkeypatch):
