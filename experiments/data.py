@@ -43,7 +43,7 @@ def parser() -> argparse.ArgumentParser:
     push.add_argument("--target", help="CSV: the label column")
     push.add_argument("--categorical", nargs="*", default=[], help="CSV: columns to one-hot encode")
     push.add_argument("--drop", nargs="*", default=[], help="CSV: columns left out (an ID, a name), as data.drop")
-    push.add_argument("--delimiter", default=",", help="CSV: one character")
+    push.add_argument("--delimiter", default=",", help="CSV: one character ('\\t': a tab)")
     push.add_argument("--client-column", help="a table's client column (a CSV header, an .npz key, qid for "
                       "LIBSVM), stored per row, not a feature: for data.sharding=column")
     push.add_argument("--x-key", help="NPZ: the features' array (default X), as data.x_key")
@@ -85,6 +85,7 @@ def read_table(args):
         if args.drop:  # only when given: the fingerprints of pushes without it stay as they were
             options["drop"] = tuple(args.drop)
         source = CSVSource(str(path), **options, **keys)
+        options["delimiter"] = source.delimiter  # '\t' as typed is the tab read with
     elif path.suffix.lower() == ".npz":
         source = NPZSource(str(path), **options, **keys)
     else:

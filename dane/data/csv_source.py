@@ -94,8 +94,11 @@ class CSVSource(FileSource, ShardingKeys):
                               "column is not a feature, remove it from data.categorical")
         self.check_standardize()
         checks.one_of("data.impute", self.impute, IMPUTE)
+        if self.delimiter == "\\t":  # what a shell passes for data.delimiter='\t' (--delimiter '\t'): a tab
+            object.__setattr__(self, "delimiter", "\t")
         if not isinstance(self.delimiter, str) or len(self.delimiter) != 1:
-            raise ConfigError(f"data.delimiter must be one character (e.g. ';'), got {self.delimiter!r}")
+            raise ConfigError(f"data.delimiter must be one character (e.g. ';', or '\\t' for a tab), got "
+                              f"{self.delimiter!r}")
         if self.presharded and self.categorical:
             raise ConfigError(
                 f"data.categorical with per-worker parts (data.path={self.path}) would one-hot encode "
