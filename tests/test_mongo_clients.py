@@ -149,8 +149,12 @@ def test_a_store_without_the_client_column_says_how_to_push_it(files, tmp_path):
     with pytest.raises(DataError, match=r"^data.client_column=site: data set t in .* was pushed without a client "
                                         r"column; push it with them: dane data push FILE --client-column site "):
         plain.check_workers(3)
-    with pytest.raises(DataError, match="holds another data set"):  # another fingerprint: --replace is needed
+    with pytest.raises(DataError) as refused:  # another fingerprint: --replace is needed
         push(push_args(str(files / "t.csv"), *CSV_SITES, "--uri", str(tmp_path), "--collection", "t"))
+    # the same file pushed with other options: it said 'holds another data set (csv:t.csv)', the file being pushed
+    assert str(refused.value) == (f"collection t of {tmp_path} holds an earlier push of csv:t.csv whose rows or "
+                                  "options differ from this one's; push into another --collection, or add --replace "
+                                  "to drop it and upload this one")
     assert push(push_args(str(files / "t.csv"), *CSV_SITES, "--uri", str(tmp_path), "--collection", "t",
                           "--replace")).startswith("uploaded 48")
     push(push_args(str(files / "t.csv"), *CSV_SITES, "--uri", str(tmp_path), "--collection", "u"))

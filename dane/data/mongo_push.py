@@ -150,8 +150,11 @@ def _upload(store: Store, name: str, manifest: dict, write, *, print_fn, replace
         old, present, stray = None, set(), []
     if old is not None and (replace or old.get("fingerprint") != manifest["fingerprint"]):
         if not replace:
-            raise DataError(f"{store.where(name)} holds another data set ({old.get('source')}); push into another "
-                            "--collection, or add --replace to drop it and upload this one")
+            same = old.get("source") == manifest.get("source")  # the same file, its rows or this push's options changed
+            what = (f"an earlier push of {old.get('source')} whose rows or options differ from this one's" if same
+                    else f"another data set ({old.get('source')})")
+            raise DataError(f"{store.where(name)} holds {what}; push into another --collection, or add --replace to "
+                            "drop it and upload this one")
         drop(store, name)
         old, present, stray = None, set(), []
     if old is not None and old.get("state") == "complete" and old.get("n") == n and len(present) == n and not stray:
