@@ -153,6 +153,17 @@ def test_pooled_sharding_lines():
         SyntheticSource(sharding="dirichlet")
     with pytest.raises(ConfigError, match="data.client_column=site: .* set data.client_column=client"):
         SyntheticSource(sharding="column", client_column="site")
+    # a misspelt scheme, a skew that is no Dirichlet one, and column with no client column were all refused with the
+    # Dirichlet line (or 'data.client_column=None: ...'): each has its own now
+    for keys, line in (({"sharding": "colum"}, "data.sharding must be one of iid|column on data=synthetic (or null: "
+                                               "client k is worker k), got 'colum'"),
+                       ({"sharding": "quantity"}, "data.sharding=quantity on data=synthetic: the clients are the skew; "
+                                                  "use data.sharding=column data.client_column=client, or iid"),
+                       ({"sharding": "column"}, "data.sharding=column on data=synthetic needs "
+                                                "data.client_column=client (each row's client index)")):
+        with pytest.raises(ConfigError) as refused:
+            SyntheticSource(**keys)
+        assert str(refused.value) == line
     assert SyntheticSource().presharded and not SyntheticSource(sharding="iid").presharded
     iid = LinearModelConfig(name="softmax", loss="softmax", classes=10, data=SyntheticSource(sharding="iid"))
     sizes = {len(iid.worker_rows(k, 4)[0]) for k in range(4)}

@@ -48,7 +48,7 @@ import numpy as np
 
 from dane import checks
 from dane.data.dataset import Dataset, to_dataset
-from dane.data.sharding import COLUMN
+from dane.data.sharding import COLUMN, SCHEMES
 from dane.data.table import Table
 from dane.errors import ConfigError
 
@@ -160,10 +160,17 @@ class SyntheticSource:
 
     def _check_sharding(self) -> None:
         """``sharding`` and ``client_column``: one line each (the class docstring)."""
+        if self.sharding is not None and self.sharding not in (*SCHEMES, COLUMN):  # a misspelling is no skewed scheme
+            raise ConfigError(f"data.sharding must be one of {'|'.join(POOLED_SHARDINGS)} on data=synthetic (or null: "
+                              f"client k is worker k), got {self.sharding!r}")
         if self.sharding is not None and self.sharding not in POOLED_SHARDINGS:
-            raise ConfigError(f"data.sharding={self.sharding} on data=synthetic: data.alpha is the paper's alpha (how "
-                              f"the clients' models differ), not a Dirichlet concentration, and the clients are the "
-                              f"skew; use data.sharding=column data.client_column={CLIENT_COLUMN}, or iid")
+            why = ("data.alpha is the paper's alpha (how the clients' models differ), not a Dirichlet concentration, "
+                   "and " if self.sharding == "dirichlet" else "")
+            raise ConfigError(f"data.sharding={self.sharding} on data=synthetic: {why}the clients are the skew; use "
+                              f"data.sharding=column data.client_column={CLIENT_COLUMN}, or iid")
+        if self.sharding == COLUMN and self.client_column is None:
+            raise ConfigError(f"data.sharding=column on data=synthetic needs data.client_column={CLIENT_COLUMN} (each "
+                              "row's client index)")
         if self.sharding == COLUMN and self.client_column != CLIENT_COLUMN:
             raise ConfigError(f"data.client_column={self.client_column}: the pooled Synthetic rows have one client "
                               f"column, each row's client index; set data.client_column={CLIENT_COLUMN}")
