@@ -695,10 +695,14 @@ def test_disco_counts_a_rounds_pcg_in_the_next_record_and_the_stopping_rounds_in
     """Record t holds what reaching w_t cost: round t's PCG (its ``pcg_iters``, k_t) moves w_t to w_{t+1} and is in
     record t+1, 2 k_t + 1 collectives (the gradient, P^-1 g, then per product an allreduce and, but after the last,
     a broadcast) and M k_t products.  The run stopped by its tolerance at record 3 returns w_3: the PCG its round
-    ran (7 products a worker) is in no record, nor in the summary."""
+    ran (k_3 products a worker) is in no record, nor in the summary."""
     monkeypatch.setenv("DANE_CACHE_DIR", str(tmp_path))
     result = dane.fit(ridge(optimum="auto"), "disco", workers=M, rounds=30, tol=1e-10)
-    assert result.status == "converged" and column(result.records, "pcg_iters") == [3, 4, 6, 7]
+    # k_3 is 6 or 7 as the last PCG's residual falls just below or above its tolerance, with the BLAS's round-off
+    # (7 in the venvs of the stops before 2026-12-02, 6 in one `make setup` built then: numpy 2.4.6, scipy 1.17.1);
+    # it is in no count below
+    assert result.status == "converged" and column(result.records, "pcg_iters")[:3] == [3, 4, 6]
+    assert len(result.records) == 4 and result.records[3]["pcg_iters"] in (6, 7)
     assert column(result.records, "comm_rounds") == [0, 7, 7 + 9, 7 + 9 + 13]
     assert column(result.records, "local_hvps") == [0, M * 3, M * (3 + 4), M * (3 + 4 + 6)]
     assert column(result.records, "local_hvps_max") == [0, 3, 3 + 4, 3 + 4 + 6]
