@@ -15,7 +15,7 @@ compiled by numba).  ``passes="auto"`` (the default) takes enough passes that on
 contracts its error by a fixed factor whatever the conditioning,
 ceil(c L_max / ((λ + μ) n_i)) with c = 1, at least the paper's 3 and at most 1000
 (`dane.numerics.svrg.svrg_passes`); ``passes=3`` is the paper's setting, which leaves the
-solve rough where L_max/λ is far above 3 n_i, so that the rounds run into the hundreds.
+solve rough where L_max/λ is far above 3 n_i, so that each round contracts the error less.
 Local passes are cheap (compiled); rounds are what the method is there to save.
 ``local_solver="cg"`` instead runs Newton-CG to the loose relative residual ``cg_tol``,
 or a fixed ``cg_max_iter`` Hessian-vector products per Newton system with ``cg_tol=0`` (on a non-quadratic loss
