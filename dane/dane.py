@@ -127,7 +127,8 @@ class DANE(Algorithm):
         when the guard would reject the current one (then with ``accepted: False``), in the same one allreduce.
 
         The current iterate is the last round's trial; a run that ended on it would report (and return) a point
-        the next round rejects (admissions.csv over 40 quantity-skewed shards: 8.04 against 0.693).  Nothing
+        the next round rejects (admissions.csv over 40 quantity-skewed shards, `tests/test_accepted_point.py`: the
+        trial's objective rather than the accepted w_0's, log 2).  Nothing
         is changed: the guard's state stays as the last round left it, so that a resumed run is the same."""
         if self.guard is None:
             return super().evaluate()
