@@ -246,6 +246,11 @@ def test_no_page_quotes_measured_results(path):
     assert quoted_measurements(text) == []
 
 
+def test_the_measurement_check_reads_typed_speed_ups_not_settings():
+    assert quoted_measurements("np 2 is 1.8x faster here, a speedup of 3") == ["1.8x faster", "speedup of 3"]
+    assert quoted_measurements("3 workers with one 3× slower; μ ×4; within 1.5× the rounds of the best") == []
+
+
 def test_the_benchmark_table_points_at_the_json():
     text = (DOCS / "benchmarks.md").read_text().split("## Benchmarks", 1)[1]
     rows = re.findall(r"^\| `(\w[\w.-]*)` \|[^|]*\| ([^|]*) \|", text, re.M)
