@@ -16,10 +16,8 @@ import json
 from pathlib import Path
 from typing import Iterable, Sequence
 
-import yaml
-
 from dane.layout import CHECKOUT
-from dane.records.results import read_summary
+from dane.records.results import read_config, read_summary
 
 
 def run_config(run_dir: str | Path) -> dict:
@@ -34,7 +32,7 @@ def run_config(run_dir: str | Path) -> dict:
 
 @functools.lru_cache(maxsize=4096)
 def _parsed(path: str, mtime_ns: int, size: int) -> dict:
-    return yaml.safe_load(Path(path).read_text()) or {}
+    return read_config(Path(path).parent)
 
 
 def _run_entry(run_dir: Path, root: Path | None) -> dict:

@@ -24,14 +24,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Sequence
 
-import yaml
 from tqdm import tqdm
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from dane.errors import DivergenceError
 from dane.records.provenance import command_of_run
-from dane.records.results import find_runs, read_summary
+from dane.records.results import find_runs, read_config, read_summary
 from dane.loop.stopping import StopRule
 from dane.comm.tail import ALPHA_BETA_ONLY
 from dane.layout import CONF_DIR
@@ -176,7 +175,7 @@ class RunIndex:
         config_file = Path(path) / "config.yaml"
         if not config_file.exists():
             return
-        cfg = yaml.safe_load(config_file.read_text()) or {}
+        cfg = read_config(path)
         summary = read_summary(path)
         cfg["workers"] = summary.get("workers", cfg.get("workers"))  # under a launcher the config says null
         mtime = (Path(path) / "summary.json").stat().st_mtime

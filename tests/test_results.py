@@ -221,6 +221,22 @@ def test_a_run_dir_that_is_no_path_is_one_line(read, run_dir):
         read(run_dir)
 
 
+def test_read_config_is_yaml_safe_load_of_a_runs_config(tmp_path):
+    """`results.read_config` (the C loader where PyYAML has libyaml) reads what yaml.safe_load reads: a config as
+    a run writes it, with YAML 1.1's floats, nulls, infinities, booleans and strings that only look like numbers."""
+    import math
+
+    import yaml
+
+    text = ("algorithm:\n  _target_: dane.dane.DANEConfig\n  mu: 0.001\n  eta: 1.0\n  lr: null\n  tol: 1e-3\n"
+            "  cap: .inf\n  safeguard: true\n  tag: '007'\n  grid: [1, 2.5, -3]\nworkers: 4\nseed: 0\n")
+    (tmp_path / "config.yaml").write_text(text)
+    read = results.read_config(tmp_path)
+    assert read == yaml.safe_load(text) and read["algorithm"]["tol"] == "1e-3"  # YAML 1.1: no dot, a string
+    assert math.isinf(read["algorithm"]["cap"]) and read["algorithm"]["safeguard"] is True and read["algorithm"]["tag"] == "007"
+    assert results.read_config(tmp_path / "no_run") == {}
+
+
 def test_a_run_directory_names_resume_only_where_a_checkpoint_can_continue_it(tmp_path):
     """A run without a committed checkpoint cannot be continued with resume= (it says "no checkpoint/ folder"), nor
     can a finished one (refused as finished), unless it stopped at its cap and more rounds extend it: the refusal's

@@ -377,6 +377,17 @@ def read_rounds(run_dir: str | Path) -> list[dict]:
     return scan_rounds(run_folder(run_dir))[0]
 
 
+def read_config(run_dir: str | Path) -> dict:
+    """The run's config.yaml ({} where it has none, or it is empty), by PyYAML's safe loader in C where PyYAML has
+    libyaml: the same documents, several times faster (a figure or a sweep's index reads every run's)."""
+    import yaml
+
+    path = Path(run_folder(run_dir)) / "config.yaml"
+    if not path.exists():
+        return {}
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+
+
 def read_summary(run_dir: str | Path) -> dict:
     """The run's summary.json; a `DataError` naming the file where it is not a JSON object (a write cut short)."""
     path = Path(run_folder(run_dir)) / SUMMARY_FILE
