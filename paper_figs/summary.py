@@ -39,10 +39,10 @@ import yaml
 
 from dane.errors import DataError, say
 from dane.records.results import ROUNDS_FILE, SUMMARY_FILE, RoundsUnreadable, read_summary, scan_rounds
+from dane.records.results import read_config as parsed_config
 from dane.paper_figs.common import first_reaching, natural_key
 from dane.records.provenance import command_name
 
-CONFIG_FILE = "config.yaml"
 #: a file a launcher or wrapper leaves when a job fails
 ERROR_FILES = ("error", "error.txt", "error.log", "*.err")
 RUNNING = "running or crashed"
@@ -114,9 +114,8 @@ def records_of(run_dir: str | Path) -> tuple[list[dict], str | None, str | None]
 
 def read_config(run_dir: str | Path) -> dict:
     """The run's saved config (``config.yaml``), or {} when there is none or it does not parse (or read)."""
-    path = Path(run_dir) / CONFIG_FILE
     try:
-        loaded = yaml.safe_load(path.read_text()) if path.exists() else {}
+        loaded = parsed_config(run_dir)
     except (yaml.YAMLError, OSError, UnicodeDecodeError):  # not YAML, not text, a directory: as no config
         return {}
     return loaded if isinstance(loaded, dict) else {}

@@ -41,10 +41,9 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter
-import yaml
 
 from dane.comm import AlphaBeta
-from dane.records.results import find_runs, read_rounds, read_summary
+from dane.records.results import find_runs, read_config, read_rounds, read_summary
 from dane.paper_figs.common import FIG_DIR, cli, cost_caption, data_text, retime, save
 from dane.paper_figs.provenance import caption_line, figure_provenance
 
@@ -83,7 +82,7 @@ class Stat:
 
 def run_point(run_dir: Path, cost: AlphaBeta) -> RunPoint:
     summary = read_summary(run_dir)
-    cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+    cfg = read_config(run_dir)
     target = (cfg.get("early_stop") or {}).get("target")
     if target is None:
         raise ValueError(f"{run_dir} has no early_stop.target in its config.yaml; it is not a run of "

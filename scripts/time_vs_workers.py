@@ -10,14 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from dane import checks
 from dane.errors import DivergenceError, UserError, say
 from dane.experiments.config import run_spec
 from dane.loop.launch import execute
-from dane.records.results import atomic_write_text, output_folder, read_rounds, read_summary
+from dane.records.results import atomic_write_text, output_folder, read_config, read_rounds, read_summary
 from dane.synthetic.calibrate import calibrate
 from dane.synthetic.launchers import REPO
 from dane.synthetic.sweep import compose_job, identity
@@ -65,7 +64,7 @@ def finished(job: Job, run_dir: Path) -> bool:
     if not ((run_dir / "summary.json").exists() and (run_dir / "config.yaml").exists()):
         return False
     summary = read_summary(run_dir)
-    cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+    cfg = read_config(run_dir)
     cfg["workers"] = summary.get("workers")  # under horovodrun the saved config says null
     expected = OmegaConf.to_container(job.config(), resolve=True)
     return (summary.get("backend") == job.backend and summary.get("workers") == job.workers
