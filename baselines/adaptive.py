@@ -55,6 +55,8 @@ from dane.numerics.svrg import PASSES_AUTO
 from dane.records.results import adaptation
 from dane.safeguard_rules import accepts, step_ratio_and_cosine
 
+from .defaults import local_step
+
 #: `SamplingFloor`: a sampled run whose objective has not improved on its best for this many rounds (and for half the
 #: rounds it took to reach that best) is at its floor
 FLOOR_ROUNDS = 10
@@ -210,12 +212,17 @@ class Adaptation:
 
 class WeightDoubling(Adaptation):
     """``double_weight``: the proximal weight ``attr`` (``algorithm.<attr>``) doubles by `CyclingObjective`; ``point``:
-    it also reads the overshoot off the round's new iterate (S-DANE's and FedDANE's x)."""
+    it also reads the overshoot off the round's new iterate (S-DANE's and FedDANE's x).  ``smoothness``: max_i L_i
+    where the method's local gradient steps at ``lr`` null are 1/(max_i L_i + the weight)
+    (`baselines.defaults.local_step`; S-DANE's and FedDANE's ``local_solver=steps``), which then follow the weight:
+    each doubling also records that step's move (``algorithm.lr``, trigger "<attr> moved (local_step)"), as
+    `dane.dane.DANE.rederived` records the local solve's nulls that follow μ; 0: no step reads the weight."""
 
     name, damps = "double_weight", True
 
-    def __init__(self, attr: str, ceiling: float, *, point: bool = False) -> None:
+    def __init__(self, attr: str, ceiling: float, *, point: bool = False, smoothness: float = 0.0) -> None:
         self.attr, self.point, self.rule = attr, point, CyclingObjective(True, ceiling=ceiling)
+        self.smoothness = smoothness
 
     def after(self, algo, out: dict) -> list[dict]:
         before = getattr(algo, self.attr)
@@ -223,7 +230,11 @@ class WeightDoubling(Adaptation):
         if after == before:
             return []
         setattr(algo, self.attr, after)
-        return [adaptation(f"algorithm.{self.attr}", before, after, self.rule.trigger)]
+        events = [adaptation(f"algorithm.{self.attr}", before, after, self.rule.trigger)]
+        if self.smoothness:  # the local steps' 1/(max_i L_i + weight) moves with the weight
+            events.append(adaptation("algorithm.lr", local_step(self.smoothness, before),
+                                     local_step(self.smoothness, after), f"{self.attr} moved (local_step)"))
+        return events
 
     def state_dict(self) -> dict:
         return {"cycling": self.rule.state_dict()}

@@ -12,6 +12,7 @@ import dane
 from dane.baselines.adaptive import (CYCLE_ROUNDS, FIXED_POINT, FLOOR_ROUNDS, DriftStop, FloorStop, LocalRetry,
                                      Restart, WeightDoubling, grown_tau, refresh_due, retried_setting, retry_event)
 from dane.baselines.admm import ADMMConfig
+from dane.baselines.defaults import local_step
 from dane.baselines.aide import AIDEConfig
 from dane.numerics.local_solvers import LBFGS_MAX_ITER, LocalSolver
 from dane.baselines.feddane import FedDANEConfig
@@ -182,6 +183,28 @@ LOGREG = dane.problems.LogReg(np.random.default_rng(0).standard_normal((200, 5))
 def test_adaptations_are_attached_only_where_they_apply(config, attached):
     algo = config.build(shard(LOGREG, 1), LocalCommunicator())
     assert [a.name for a in algo.adaptations] == attached
+
+
+@pytest.mark.parametrize("config, attr", [(SDANEConfig(local_solver="steps"), "lam"),
+                                          (FedDANEConfig(local_solver="steps"), "mu")])
+def test_a_doubled_weight_records_the_local_step_that_follows_it(config, attr):
+    """S-DANE's and FedDANE's ``local_solver=steps`` at lr null step 1/(max_i L_i + weight) (`local_step`), the step
+    the summary's defaults give at the starting weight: a doubling moves it, and its events say so (from, to), the
+    step the next round takes.  A method whose steps do not read the weight (any other solver) records the weight's
+    move alone."""
+    algo = config.build(shard(LOGREG, 1), LocalCommunicator())
+    (wrap,) = algo.adaptations
+    weight = getattr(algo, attr)
+    assert {e["key"]: e["value"] for e in algo.defaults}["algorithm.lr"] == algo.step_size(weight)
+    assert wrap.after(algo, {"objective": 1.0}) == []
+    events = wrap.after(algo, {"objective": 1.5})                                      # a climb: the weight doubles
+    assert [(e["key"], e["from"], e["to"]) for e in events] == [
+        (f"algorithm.{attr}", weight, 2 * weight),
+        ("algorithm.lr", local_step(algo.L_max, weight), algo.step_size(getattr(algo, attr)))]
+    assert events[1]["trigger"] == f"{attr} moved (local_step)" and events[1]["to"] < events[1]["from"]
+    exact = config.__class__(local_solver="cholesky").build(shard(LOGREG, 1), LocalCommunicator())
+    exact.adaptations[0].after(exact, {"objective": 1.0})
+    assert [e["key"] for e in exact.adaptations[0].after(exact, {"objective": 1.5})] == [f"algorithm.{attr}"]
 
 
 def test_admms_refresh_falls_on_the_powers_of_two_from_8_and_aides_tau_grows_4_times_the_larger_weight():
