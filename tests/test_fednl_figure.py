@@ -49,6 +49,15 @@ def test_the_figure_and_its_table_are_written(runs, tmp_path):
     assert {p.name for p in paths} == {"fednl_bits.png", "fednl_bits.pdf", "fednl_bits.md", "fednl_bits.json"}
     table = (tmp_path / "fednl_bits.md").read_text()
     assert "| FedNL (topk:5) | 6 |" in table and "| GD | 6 |" in table  # by the config.yaml dane.fit wrote
+    # rounds, bits up and down and the local work side by side (no method ranked on one of them alone)
+    header = next(line for line in table.splitlines() if line.startswith("| run |"))
+    assert header.split(" | ")[1:-1] == ["rounds", "uplink bits per client", "downlink bits per client",
+                                         "local passes per client", "HVPs per client", "Hessians per client",
+                                         "factorizations per client"]
+    last = read_rounds(runs / "fednl_topk")[-1]
+    row = next(line for line in table.splitlines() if line.startswith("| FedNL (topk:5) |")).split(" | ")
+    assert row[3] == f"{8 * last['downlink_bytes'] / 4:.4g}" and row[4] == f"{last['local_passes'] / 4:.4g}"
+    assert row[6] == f"{last['local_hessians'] / 4:.4g}" and float(row[6]) > 0  # FedNL forms a Hessian a round
     assert len(json.loads((tmp_path / "fednl_bits.json").read_text())["runs"]) == 2
 
 
