@@ -50,7 +50,7 @@ import torch
 
 from dane import checks
 from dane.errors import ConfigError
-from dane.numerics.local_solvers import LBFGS_MAX_ITER, LocalSolver
+from dane.numerics.local_solvers import LBFGS_MAX_ITER, LocalSolver, svrg_moved
 from dane.numerics.svrg import PASSES_AUTO
 from dane.records.results import adaptation
 from dane.safeguard_rules import accepts, step_ratio_and_cosine
@@ -216,13 +216,20 @@ class WeightDoubling(Adaptation):
     where the method's local gradient steps at ``lr`` null are 1/(max_i L_i + the weight)
     (`baselines.defaults.local_step`; S-DANE's and FedDANE's ``local_solver=steps``), which then follow the weight:
     each doubling also records that step's move (``algorithm.lr``, trigger "<attr> moved (local_step)"), as
-    `dane.dane.DANE.rederived` records the local solve's nulls that follow μ; 0: no step reads the weight."""
+    `dane.dane.DANE.rederived` records the local solve's nulls that follow μ; 0: no step reads the weight.
+    ``solver``: the SVRG local solve (``local_solver=svrg``, or ``problem`` where the problem's solver is SVRG; None:
+    another) whose null step and ``passes=auto`` (`dane.numerics.svrg.svrg_step`, `dane.numerics.svrg.svrg_passes`,
+    each solve's own at the weight it is given) follow the weight too: each doubling records each that moved on this
+    worker's rows (``problem.svrg_lr``, ``problem.svrg_passes``, trigger "<attr> moved (svrg_step)" or "(svrg_passes)",
+    ``workers``: this worker's [rank, from, to], as the summary's ``defaults`` give them at the starting weight;
+    `dane.numerics.local_solvers.svrg_moved`)."""
 
     name, damps = "double_weight", True
 
-    def __init__(self, attr: str, ceiling: float, *, point: bool = False, smoothness: float = 0.0) -> None:
+    def __init__(self, attr: str, ceiling: float, *, point: bool = False, smoothness: float = 0.0,
+                 solver: LocalSolver | None = None) -> None:
         self.attr, self.point, self.rule = attr, point, CyclingObjective(True, ceiling=ceiling)
-        self.smoothness = smoothness
+        self.smoothness, self.solver = smoothness, solver
 
     def after(self, algo, out: dict) -> list[dict]:
         before = getattr(algo, self.attr)
@@ -234,6 +241,9 @@ class WeightDoubling(Adaptation):
         if self.smoothness:  # the local steps' 1/(max_i L_i + weight) moves with the weight
             events.append(adaptation("algorithm.lr", local_step(self.smoothness, before),
                                      local_step(self.smoothness, after), f"{self.attr} moved (local_step)"))
+        if self.solver is not None:  # SVRG's null step and passes=auto, re-derived at the weight each solve is given
+            events += [adaptation(key, old, new, f"{self.attr} moved ({rule})", workers=[[algo.comm.rank, old, new]])
+                       for _, key, rule, old, new in svrg_moved(algo.local_problem, self.solver, before, after)]
         return events
 
     def state_dict(self) -> dict:

@@ -126,7 +126,8 @@ class FedDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
         if mu is None:
             mu, delta_a = resolve_prox_weight(problem, comm, "mu", resolution, s=s, m=m)
             watched = s == m and problem.strong_convexity is not None
-            adaptations += [WeightDoubling("mu", delta_a, point=True, smoothness=smoothness)] * \
+            adaptations += [WeightDoubling("mu", delta_a, point=True, smoothness=smoothness,
+                                           solver=self.solves_with(problem))] * \
                 (watched and self.allows("double_weight"))
         if smoothness:
             resolution.add("lr", local_step(smoothness, mu), "local_step", smoothness=smoothness, shift=mu)

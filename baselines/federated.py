@@ -107,6 +107,13 @@ class LocalSolveKeys:
                               "(a fixed count of CG products)")
         return replace(problem, method=self.local_solver)
 
+    def solves_with(self, problem) -> LocalSolver | None:
+        """The `LocalSolver` the local solves run on ``problem``: `solver`'s, or the problem's own at
+        ``local_solver=problem``; None for ``steps`` (or a problem without one)."""
+        if self.local_solver == "problem":
+            return getattr(problem, "solver", None)
+        return self.solver(getattr(problem, "solver", None))
+
 
 #: the width of a value in a message a method counts itself (`ClientBits`): float64
 VALUE_BITS = 64

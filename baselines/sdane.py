@@ -247,7 +247,8 @@ class SDANEConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
             lam, delta_a = resolve_prox_weight(problem, comm, "lam", resolution, s=s, m=m, divisor=rule[0],
                                                balance=rule[1], per_curvature=rule[2])
             watched = not self.adaptive and s == m and problem.strong_convexity is not None  # adaptive: moves λ itself
-            adaptations += [WeightDoubling("lam", delta_a, point=not self.accelerated, smoothness=smoothness)] * \
+            adaptations += [WeightDoubling("lam", delta_a, point=not self.accelerated, smoothness=smoothness,
+                                           solver=self.solves_with(problem))] * \
                 (watched and self.allows("double_weight"))
             adaptations += [Restart()] * (watched and self.accelerated and self.allows("restart"))
         if mu is None:

@@ -26,8 +26,8 @@ import torch
 from .algorithm import Algorithm, AlgorithmConfig, Column, Finished, metrics_message, metrics_received
 from .comm import Communicator
 from .comm.compression import METRICS
-from .numerics.local_solvers import LocalSolver, refuse_oversized_svrg, svrg_resolved
-from .numerics.svrg import SVRG_NULLS, load_svrg
+from .numerics.local_solvers import LocalSolver, refuse_oversized_svrg, svrg_moved
+from .numerics.svrg import load_svrg
 from . import checks
 from .problems import Problem
 from .records.results import adaptation
@@ -88,23 +88,11 @@ class DANE(Algorithm):
         re-derived as the safeguard moves μ from ``before`` to ``after``: one ``adapted`` event each whose value
         changed (`dane.records.results.adaptation`; ``workers``: this worker's ``[rank, from, to]``, from its rows,
         as the summary's ``defaults`` give them at the starting μ), under the key that left it null (``algorithm.*``
-        where the method chose the solver, else ``problem.*``); none for given numbers or another solver."""
-        own = self.local_solver is None
-        solver = getattr(self.problem, "solver", None) if own else self.local_solver
-        rows = getattr(self.problem, "rows", None)  # whose SVRG solves run: a ridge shard's rows, or the shard
-        rows = self.problem if rows is None else rows
-        if not isinstance(solver, LocalSolver) or solver.method != "svrg" \
-                or getattr(rows, "row_smoothness", None) is None:
-            return []
-        old, new = svrg_resolved(rows, solver, before), svrg_resolved(rows, solver, after)
-        events = []
-        for name, found in new.items():
-            key, rule = SVRG_NULLS[name]
-            if found["value"] != old[name]["value"]:
-                before, after = old[name]["value"], found["value"]
-                events.append(adaptation(key if own else f"algorithm.{name}", before, after, f"mu moved ({rule})",
-                                         workers=[[self.comm.rank, before, after]]))
-        return events
+        where the method chose the solver, else ``problem.*``; `dane.numerics.local_solvers.svrg_moved`); none for given
+        numbers or another solver."""
+        solver = getattr(self.problem, "solver", None) if self.local_solver is None else self.local_solver
+        return [adaptation(key, old, new, f"mu moved ({rule})", workers=[[self.comm.rank, old, new]])
+                for _, key, rule, old, new in svrg_moved(self.problem, solver, before, after)]
 
     def remedy(self) -> str:
         """What to change where the safeguard gave up on trials that are not finite (`MuSafeguard.gave_up`): an SVRG

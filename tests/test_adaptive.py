@@ -2,6 +2,7 @@
 attached (`PolicyKeys`: algorithm.adapt, algorithm.paper), and what a run's records and summary say of it."""
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,7 +15,8 @@ from dane.baselines.adaptive import (CYCLE_ROUNDS, FIXED_POINT, FLOOR_ROUNDS, Dr
 from dane.baselines.admm import ADMMConfig
 from dane.baselines.defaults import local_step
 from dane.baselines.aide import AIDEConfig
-from dane.numerics.local_solvers import LBFGS_MAX_ITER, LocalSolver
+from dane.numerics.local_solvers import LBFGS_MAX_ITER, LocalSolver, Subproblem, svrg_resolved
+from dane.numerics.svrg import svrg_constants
 from dane.baselines.feddane import FedDANEConfig
 from dane.baselines.fedprox import FedProxConfig
 from dane.baselines.fedred import FedRedConfig
@@ -205,6 +207,45 @@ def test_a_doubled_weight_records_the_local_step_that_follows_it(config, attr):
     exact = config.__class__(local_solver="cholesky").build(shard(LOGREG, 1), LocalCommunicator())
     exact.adaptations[0].after(exact, {"objective": 1.0})
     assert [e["key"] for e in exact.adaptations[0].after(exact, {"objective": 1.5})] == [f"algorithm.{attr}"]
+
+
+def svrg_logreg(**keys):
+    """LOGREG's rows at a smaller ℓ2, where SVRG's passes=auto follows the weight (5 passes at 5e-3, 3 at 1e-2)."""
+    return dane.problems.LogReg(np.random.default_rng(0).standard_normal((200, 5)),
+                                np.where(np.random.default_rng(1).standard_normal(200) > 0, 1.0, -1.0), lam=1e-5,
+                                **keys)
+
+
+@pytest.mark.parametrize("config, attr, problem", [
+    (SDANEConfig(local_solver="svrg"), "lam", svrg_logreg(local_solver="cholesky")),
+    (FedDANEConfig(local_solver="svrg"), "mu", svrg_logreg(local_solver="cholesky", svrg_passes="auto")),
+    (AccSDANEConfig(), "lam", svrg_logreg(local_solver="svrg", svrg_passes="auto")),   # the problem's own SVRG
+])
+def test_a_doubled_weight_records_the_svrg_nulls_that_follow_it(config, attr, problem):
+    """S-DANE's and FedDANE's SVRG local solve at problem.svrg_lr null steps 1/(n_i L_row + l2 + weight), and at
+    svrg_passes=auto runs passes from that step (`svrg_step`, `svrg_passes`): each solve re-derives them at the weight
+    it is given, and the summary's defaults give them at the starting weight.  A doubling moved them with no event; each
+    that moved is now recorded (from, to: the value the next round's solve uses), with this worker's [rank, from, to],
+    as DANE records them where its safeguard moves μ."""
+    algo = config.build(problem.build(0, 1, torch.float64), LocalCommunicator())
+    (wrap,) = [a for a in algo.adaptations if a.name == "double_weight"]
+    # one shard: the rule's weight is δ_A's floor, too small to move passes=auto; start from a weight that does
+    weight, solver, wrap.rule.ceiling = 5e-3, algo.solver or algo.problem.solver, math.inf
+    setattr(algo, attr, weight)
+    assert solver is not None and solver.method == "svrg"
+    at = {w: svrg_resolved(algo.problem, solver, w) for w in (weight, 2 * weight)}
+    wrap.after(algo, {"objective": 1.0})
+    events = wrap.after(algo, {"objective": 1.5})                                      # a climb: the weight doubles
+    moved = [name for name in at[weight] if at[weight][name]["value"] != at[2 * weight][name]["value"]]
+    assert moved == (["lr", "passes"] if solver.passes == "auto" else ["lr"])
+    rules = {"lr": ("problem.svrg_lr", "svrg_step"), "passes": ("problem.svrg_passes", "svrg_passes")}
+    assert events[0]["key"] == f"algorithm.{attr}" and getattr(algo, attr) == 2 * weight
+    assert events[1:] == [{"key": rules[name][0], "from": at[weight][name]["value"],
+                           "to": at[2 * weight][name]["value"], "trigger": f"{attr} moved ({rules[name][1]})",
+                           "workers": [[0, at[weight][name]["value"], at[2 * weight][name]["value"]]]}
+                          for name in moved]
+    assert events[1]["to"] == svrg_constants(Subproblem(algo.problem, None, None, 2 * weight, algo.problem.l2),
+                                             solver)[0]                                # the step the next solve takes
 
 
 def test_admms_refresh_falls_on_the_powers_of_two_from_8_and_aides_tau_grows_4_times_the_larger_weight():

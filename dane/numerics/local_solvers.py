@@ -356,6 +356,28 @@ def svrg_resolved(shard: Shard, solver: LocalSolver, mu: float) -> dict:
     return svrg_nulls(Subproblem(shard, anchor=None, linear=None, mu=float(mu), l2=shard.l2), solver)
 
 
+def svrg_moved(shard, solver: LocalSolver | None, before: float,
+               after: float) -> list[tuple[str, str, str, Any, Any]]:
+    """The nulls of an SVRG ``solver`` on ``shard``'s rows (`row_shard`) that a move of the local solve's proximal
+    weight from ``before`` to ``after`` re-derives (`svrg_resolved`): (name, key, rule, value at ``before``, value at
+    ``after``) for each whose value changed, under the key that left it null (``SVRG_NULLS``' ``problem.*`` where the
+    problem's keys set the solver, else ``algorithm.<name>``); none for another solver, given numbers, or rows without
+    a row smoothness.  DANE's μ safeguard and S-DANE's and FedDANE's weight doubling record each as an ``adapted``
+    event (`dane.dane.DANE.rederived`, `dane.baselines.adaptive.WeightDoubling`)."""
+    rows = row_shard(shard)
+    if not isinstance(solver, LocalSolver) or solver.method != "svrg" \
+            or getattr(rows, "row_smoothness", None) is None:
+        return []
+    old, new = svrg_resolved(rows, solver, before), svrg_resolved(rows, solver, after)
+    moved = []
+    for name, found in new.items():
+        key, rule = SVRG_NULLS[name]
+        if found["value"] != old[name]["value"]:
+            moved.append((name, key if solver.keys == "problem" else f"algorithm.{name}", rule, old[name]["value"],
+                          found["value"]))
+    return moved
+
+
 def lbfgs(sub: Subproblem, solver: LocalSolver, *, anchor_grad: torch.Tensor | None = None,
           anchor_value=None) -> torch.Tensor:
     """scipy L-BFGS-B on φ, from the anchor, to tol x the anchor's gradient (max norm); with both ``anchor_grad`` and
