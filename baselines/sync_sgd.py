@@ -130,9 +130,10 @@ class SyncSGD(Algorithm):
 class SyncSGDConfig(AlgorithmConfig):
     lr: float = 0.05
     optimizer: str = "sgd"
-    momentum: float = 0.0
+    momentum: float = 0.9
     batch_size: int = 100
-    steps_per_round: int | None = 10  # None: one pass over the mean shard, mean n_i // batch_size steps (agreed)
+    steps_per_round: int | None = None  # None: one pass over the mean shard, mean n_i // batch_size steps (agreed;
+    #                                     `baselines.defaults.sgd_steps_per_round`)
     seed: int = 0
     name: str = "sync_sgd"
     algorithm = SyncSGD

@@ -3,6 +3,8 @@ paths (`dane.api.recorded_config`), so that the figures and tables that read one
 command-line runs apart; an in-memory problem's arrays by their shape and content fingerprint, never their entries."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.sparse
@@ -11,6 +13,7 @@ from hydra.utils import get_class
 
 import dane
 from dane.errors import ConfigError
+from dane.layout import CONF_DIR
 from dane.paper_figs import fednl_bits, local_work
 from dane.paper_figs.plot_runs import flatten, labels_for
 from dane.paper_figs.summary import read_config
@@ -91,3 +94,48 @@ def test_a_refused_run_keeps_the_config_and_overwrite_replaces_it(problem, tmp_p
     dane.fit(problem, "fednl", compressor="randk:4", workers=2, rounds=1, out_dir=tmp_path, overwrite=True)
     replaced = read_config(tmp_path)
     assert (replaced["algorithm"]["compressor"], replaced["rounds"], replaced["overwrite"]) == ("randk:4", 1, True)
+
+
+#: conf/algorithm/ files that are another method's preset of a config class (their ``name`` is not the class's): the
+#: keys each sets apart from the class's defaults on purpose (FedAvg is FedProx at μ = 0)
+PRESETS = {"fedavg": {"mu": 0.0}}
+
+
+@pytest.mark.parametrize("path", sorted((CONF_DIR / "algorithm").glob("*.yaml")), ids=lambda p: p.stem)
+def test_an_algorithm_config_built_bare_has_its_yaml_s_defaults(path):
+    """Every key of conf/algorithm/<name>.yaml that its config class also has holds the same default in both (but
+    ``_target_``, ``name`` and the ``${seed}`` interpolation), so that ``SyncSGDConfig()`` in Python runs what
+    ``algorithm=sync_sgd`` runs: SyncSGDConfig's steps_per_round was 10 where the yaml's null is the rule
+    `sgd_steps_per_round`, and its momentum 0.0 where the yaml's is 0.9."""
+    node = yaml.safe_load(path.read_text())
+    cls = get_class(node["_target_"])
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    preset = PRESETS.get(path.stem, {})
+    assert (fields["name"].default == node["name"]) == (path.stem not in PRESETS), "a preset is listed in PRESETS"
+    for key, value in node.items():
+        if key in ("_target_", "name"):
+            continue
+        assert key in fields, f"{path.name}: {key} is not a field of {cls.__name__}"
+        if isinstance(value, str) and value.startswith("${"):
+            assert (key, value) == ("seed", "${seed}"), f"{path.name}: {key}: {value}"
+            continue
+        f = fields[key]
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        if key in preset:
+            assert value == preset[key] != default, f"{path.name}: {key}"
+            continue
+        if isinstance(default, tuple) and isinstance(value, list):
+            value = tuple(value)
+        assert default == value and (type(default) is type(value) or {type(default), type(value)} <= {int, float}), \
+            f"{path.name}: {key}: {cls.__name__} has {default!r}, the yaml {value!r}"
+
+
+def test_sync_sgd_built_bare_resolves_the_default_the_yaml_resolves(problem):
+    """SyncSGDConfig() ran 10 steps a round and recorded no default, where algorithm=sync_sgd's null is one pass over
+    the mean shard by `sgd_steps_per_round`, recorded in the summary's defaults: both now record the same."""
+    from dane.baselines.sync_sgd import SyncSGDConfig
+
+    bare = dane.fit(problem, SyncSGDConfig(batch_size=10), rounds=1).summary["defaults"]
+    named = dane.fit(problem, "sync_sgd", batch_size=10, rounds=1).summary["defaults"]
+    assert bare == named and [(e["key"], e["value"], e["rule"]) for e in bare] == \
+        [("algorithm.steps_per_round", 4, "sgd_steps_per_round")]   # 40 rows on one worker, batches of 10
