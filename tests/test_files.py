@@ -642,3 +642,39 @@ def test_a_file_source_passed_to_the_api_is_the_arrays_it_reads_with_an_intercep
     with pytest.raises(ConfigError, match=r"^dane.problems.LogReg got data= a tuple, not a data source; pass arrays "
                                           r"as LogReg\(X, y\)"):
         dane.problems.LogReg(data=(table.X, table.y))  # was an AttributeError from the run, on `presharded`
+
+
+class BytesPath:
+    """An os.PathLike whose path is bytes (`os.fspath` returns it as it is)."""
+
+    def __fspath__(self) -> bytes:
+        return b"x.csv"
+
+
+@pytest.mark.parametrize("cls, name, kwargs", [(CSVSource, "t.csv", {"target": "y"}), (NPZSource, "t.npz", {}),
+                                               (LibSVMSource, "t.svm", {})])
+def test_a_file_source_takes_a_pathlib_path_as_its_str(tmp_path, cls, name, kwargs):
+    """``CSVSource(Path(...))`` (and NPZSource's, LibSVMSource's) was refused with "data.path must be a file name, got
+    PosixPath(...)": a path given as an os.PathLike is kept as its str (``data_dir`` too), and reads what the str
+    reads; what is no path (a number, bytes) is still one line naming data.path."""
+    X, y = np.array([[1.0, 0.0], [0.0, 2.0], [3.0, 1.0]]), np.array([1.0, -1.0, 1.0])
+    if cls is CSVSource:
+        write(tmp_path, name, "a,b,y\n" + "".join(f"{a},{b},{t}\n" for (a, b), t in zip(X, y)))
+        kwargs = {**kwargs, "standardize": False}
+    elif cls is NPZSource:
+        save_npz(tmp_path / name, X, y)
+    else:
+        dump_svmlight_file(X, y, str(tmp_path / name), zero_based=True)
+        kwargs = {**kwargs, "n_features": 2, "zero_based": True}
+    given = cls(tmp_path / name, **kwargs)
+    assert given.path == str(tmp_path / name) and type(given.path) is str
+    assert given == cls(str(tmp_path / name), **kwargs)
+    np.testing.assert_array_equal(np.asarray(given.load().X.todense() if sp.issparse(given.load().X)
+                                             else given.load().X), X)
+    in_dir = cls(Path(name), data_dir=tmp_path, **kwargs)
+    assert (in_dir.path, in_dir.data_dir) == (name, str(tmp_path))
+    np.testing.assert_array_equal(in_dir.load().y, y)
+    for bad in (3, BytesPath()):
+        with pytest.raises(ConfigError) as err:
+            cls(bad, **kwargs)
+        assert one_line(err).startswith("data.path must be a file name (a str or a pathlib.Path), got ")

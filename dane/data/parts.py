@@ -12,6 +12,7 @@ find its width.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -113,11 +114,16 @@ class FileSource:
     def check_path(self, columns: str | None = None) -> None:
         """Config checks shared by every file source, for ``__post_init__``: the path, and the sharding keys
         (`dane.data.sharding.ShardingKeys`; per-worker parts are the partition, so only iid with them);
-        ``columns`` says what names this source's client column (``data.sharding=column``)."""
+        ``columns`` says what names this source's client column (``data.sharding=column``).  A path given as an
+        ``os.PathLike`` (a `pathlib.Path`) is kept as its str, as the command line gives it."""
+        for key in ("path", "data_dir"):
+            if isinstance(getattr(self, key), os.PathLike):
+                object.__setattr__(self, key, os.fspath(getattr(self, key)))  # bytes stay refused below
         if not isinstance(self.path, str) or not self.path:
-            raise ConfigError(f"data.path must be a file name, got {self.path!r}")
+            raise ConfigError(f"data.path must be a file name (a str or a pathlib.Path), got {self.path!r}")
         if self.data_dir is not None and not isinstance(self.data_dir, str):
-            raise ConfigError(f"data.data_dir must be a folder name or null, got {self.data_dir!r}")
+            raise ConfigError(f"data.data_dir must be a folder name (a str or a pathlib.Path) or null, got "
+                              f"{self.data_dir!r}")
         try:
             self.path.format(rank=0)
         except (KeyError, IndexError, ValueError):
