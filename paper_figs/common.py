@@ -317,6 +317,7 @@ def save(fig, out_dir: str | Path, name: str, markdown: str | None = None, *, ca
         for ext in ("png", "pdf"):
             path = out_dir / f"{name}.{ext}"
             fig.savefig(path, dpi=150, metadata=_METADATA[ext])
+            fig.set_layout_engine("none")  # the PDF keeps the layout the PNG's drawing made: one layout, not two
             paths.append(path)
         plt.close(fig)
     if markdown is not None:
