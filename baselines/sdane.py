@@ -23,17 +23,19 @@ the start).  With one client and an exact solve, S-DANE is the proximal point me
 The local solve is ``local_solver`` (`baselines.federated`): ``problem`` (exact on a quadratic, Newton
 to the problem's tolerance on a GLM, the inner torch optimizer on a network), ``cholesky``, ``cg``,
 ``svrg``, ``lbfgs`` (with the problem's ``local_tol``, caps and SVRG keys), or ``steps``: gradient steps on F_i from
-the centre with step 1/(max_i L_i + λ) until the test holds (at most ``local_steps``).  The paper's round asks for the
-test to hold, and how a solver meets it is this package's rule, ``local_retry`` (`baselines.adaptive.LocalRetry`,
-kept under ``algorithm.paper=true``; ``algorithm.adapt`` without it turns it off): a cg, svrg or lbfgs solve that
-fails the test is solved again, up to `baselines.adaptive.LOCAL_RETRIES` = 3 times, with twice the SVRG passes the
-failed solve ran (``auto``'s as resolved), twice a fixed count's products or iterations at ``local_tol=0``, else a 100
-times tighter tolerance (`baselines.defaults.tighter`).  Each re-solve counts one ``local_resolves`` in the client's
-local work (`dane.work`), which reaches rank 0 outside the round's messages, so the method sends what the paper's
-round sends.  The record after a round where any client re-solved carries that round's event (``adapted``: the first
-re-solve's setting and the round's re-solves; `baselines.adaptive.LocalRetry` says what it leaves out), and the
-records' local work counts every re-solve's work.  Records carry ``local_failed``: whether this worker's last solve
-ended without passing the test (``problem`` on a network is not tested).
+the centre with step 1/(max_i L_i + λ) until the test holds (at most ``local_steps``); at ``lr`` null that step
+follows the round's λ (``adaptive=true`` moves λ every round, ``double_weight`` on a doubling; the summary's defaults
+give the step at the starting λ), and each record carries the step its round took as ``lr``.  The paper's round asks
+for the test to hold, and how a solver meets it is this package's rule, ``local_retry``
+(`baselines.adaptive.LocalRetry`, kept under ``algorithm.paper=true``; ``algorithm.adapt`` without it turns it off): a
+cg, svrg or lbfgs solve that fails the test is solved again, up to `baselines.adaptive.LOCAL_RETRIES` = 3 times,
+with twice the SVRG passes the failed solve ran (``auto``'s as resolved), twice a fixed count's products or iterations
+at ``local_tol=0``, else a 100 times tighter tolerance (`baselines.defaults.tighter`).  Each re-solve counts one
+``local_resolves`` in the client's local work (`dane.work`), which reaches rank 0 outside the round's messages, so the
+method sends what the paper's round sends.  The record after a round where any client re-solved carries that round's
+event (``adapted``: the first re-solve's setting and the round's re-solves; `baselines.adaptive.LocalRetry` says what
+it leaves out), and the records' local work counts every re-solve's work.  Records carry ``local_failed``: whether
+this worker's last solve ended without passing the test (``problem`` on a network is not tested).
 
 Acc-S-DANE is mlolab/S-DANE's ``SDANE(acceleration=True)`` line by line: a from λa² = (A + a)B with the B before
 the round (its ``update_a``) and the round's λ (after an adaptive halving or doubling), y = (A x + a v)/(A + a)
@@ -124,13 +126,14 @@ class SDANE(Federated):
         (g_bar,), reduced = self.average(members, [grad_c], payload, down=[centre])   # 1. mean_S ∇O_j(centre)
         x_i, grad_i = self.local_solve(centre, grad_c - g_bar, grad_c) if inside else (centre, grad_c)  # 2. argmin F_i
         (x_bar, G), _ = self.average(members, [x_i, grad_i], down=[g_bar])   # 3. x = mean x_i, G = mean ∇O_i(x_i)
+        step = {"lr": self.step_size(lam)} if self.L_max else {}              # the steps' 1/(max_i L_i + λ)
         if not (self.line_search(centre, x_i, grad_i, x_bar, G) if self.adaptive else True):  # adaptive λ
-            return {**self.record(reduced, members), "lam": lam, "accepted": False}   # rejected: x, v, A, B stay
+            return {**self.record(reduced, members), "lam": lam, **step, "accepted": False}  # rejected: x, v, A, B stay
         B = B if self.accelerated else 1.0
         self.v, self.w = (B * v + a * mu * x_bar - a * G) / (B + a * mu), x_bar  # 4. v-update
         if self.accelerated:
             self.A, self.B = A + a, B + mu * a
-        return {**self.record(reduced, members), "lam": lam, "local_failed": self.local_failed,
+        return {**self.record(reduced, members), "lam": lam, **step, "local_failed": self.local_failed,
                 **({"accepted": True} if self.adaptive else {})}
 
     def line_search(self, centre, x_i, grad_i, x_bar, G) -> bool:

@@ -24,6 +24,7 @@ from dane.baselines.scaffold import ScaffoldConfig
 from dane.baselines.sdane import AccSDANEConfig, SDANEConfig
 from dane.comm import LocalCommunicator
 from dane.errors import ConfigError
+from helpers import simulate
 
 
 def test_weight_doubling_fires_on_a_climb_and_records_from_to_and_trigger():
@@ -207,6 +208,32 @@ def test_a_doubled_weight_records_the_local_step_that_follows_it(config, attr):
     exact = config.__class__(local_solver="cholesky").build(shard(LOGREG, 1), LocalCommunicator())
     exact.adaptations[0].after(exact, {"objective": 1.0})
     assert [e["key"] for e in exact.adaptations[0].after(exact, {"objective": 1.5})] == [f"algorithm.{attr}"]
+
+
+def test_an_adaptive_lambda_s_local_steps_record_the_step_each_round_took():
+    """``adaptive=true`` halves or doubles λ every round, and ``local_solver=steps`` at lr null steps 1/(max_i L_i +
+    λ) (`local_step`), so the step moves with λ, which the summary's defaults give at the starting λ alone: each
+    record now carries its round's ``lr``.  Reference: with one local step every client's x_i is v − lr ∇O(v) (the
+    h_i average out), so an accepted round sets x = v − lr ∇O(v), v ← (v + aμx − a∇O(x))/(1 + aμ) with a = 1/λ, and
+    a rejected one keeps both; the iterates follow from the records' lr, λ and ``accepted`` to round-off."""
+    problems = [LOGREG.build(rank, 2, torch.float64) for rank in range(2)]
+    algo, records, ws = simulate(SDANEConfig(lam=0.5, adaptive=True, local_solver="steps", local_steps=1),
+                                 problems, 4)[0]
+    (entry,) = [e for e in algo.defaults if e["key"] == "algorithm.lr"]
+    smoothness, mu = entry["stats"]["smoothness"], algo.mu
+    assert [r["lr"] for r in records[:-1]] == [local_step(smoothness, r["lam"]) for r in records[:-1]]
+    assert len({r["lr"] for r in records[:-1]}) > 1 and {r["accepted"] for r in records[:-1]} == {True, False}
+
+    def grad(x):
+        return sum(p.evaluate(x)[0] for p in problems) / len(problems)
+
+    w = v = ws[0].clone()
+    for r, record in enumerate(records[:-1]):
+        if record["accepted"]:
+            a = 1.0 / record["lam"]
+            w = v - record["lr"] * grad(v)
+            v = (v + a * mu * w - a * grad(w)) / (1.0 + a * mu)
+        torch.testing.assert_close(ws[r + 1], w, rtol=0, atol=1e-13)
 
 
 def svrg_logreg(**keys):
