@@ -72,17 +72,17 @@ def resolve_prox_weight(problem: Problem, comm: Communicator, key: str, resoluti
 
 
 @dataclass(frozen=True)
-class LocalSolveKeys:
-    """The ``algorithm.*`` keys of a federated local solve (module docstring)."""
+class LocalKeys:
+    """The ``algorithm.*`` keys every federated local solve reads (module docstring): the solver, the steps' ``lr``
+    and the Lanczos iterations behind its null; `LocalSolveKeys` adds the count of ``steps``.  Alone, the keys of a
+    method that draws its step count itself (Scaffnew), whose run's config then holds no ``local_steps`` it ignores."""
 
     local_solver: str = "problem"
-    local_steps: int = 10
     lr: float | None = None
     power_iters: int = 20
 
     def check_local(self) -> None:
         checks.one_of("algorithm.local_solver", self.local_solver, FED_SOLVERS)
-        checks.positive_int("algorithm.local_steps", self.local_steps)
         if self.lr is not None:
             checks.positive("algorithm.lr", self.lr)
         checks.positive_int("algorithm.power_iters", self.power_iters)
@@ -113,6 +113,17 @@ class LocalSolveKeys:
         if self.local_solver == "problem":
             return getattr(problem, "solver", None)
         return self.solver(getattr(problem, "solver", None))
+
+
+@dataclass(frozen=True)
+class LocalSolveKeys(LocalKeys):
+    """The ``algorithm.*`` keys of a federated local solve (module docstring): `LocalKeys` and ``local_steps``."""
+
+    local_steps: int = 10
+
+    def check_local(self) -> None:
+        super().check_local()
+        checks.positive_int("algorithm.local_steps", self.local_steps)
 
 
 #: the width of a value in a message a method counts itself (`ClientBits`): float64
@@ -174,7 +185,7 @@ class Federated(Algorithm):
     summary_keys = (*Algorithm.summary_keys, "uplink_bytes", "downlink_bytes")  # the participants' (dane.sampling)
 
     def __init__(self, problem: Problem, comm: Communicator, *, sampling: SamplingKeys, seed: int = 0,
-                 local: LocalSolveKeys | None = None, w0: torch.Tensor | None = None, smoothness: float = 0.0,
+                 local: LocalKeys | None = None, w0: torch.Tensor | None = None, smoothness: float = 0.0,
                  adaptations: tuple[Adaptation, ...] = (), defaults: tuple[dict, ...] = ()):
         super().__init__(problem, comm, w0)
         sampling.check_draw(comm.size)  # sampling=size (`dane.sampling`): refused by a run's spec first, here bare

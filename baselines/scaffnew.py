@@ -39,7 +39,7 @@ from dane.seeds import STREAMS, shared_seed
 
 from .defaults import (Resolution, lanczos_is_exact, lanczos_iters, local_step, scaffnew_probability,
                        strong_convexity_bound)
-from .federated import Federated, LocalSolveKeys, PolicyKeys
+from .federated import Federated, LocalKeys, PolicyKeys
 from .measure import mean_lowest
 
 COIN_STREAM = STREAMS["scaffnew_coin"].number  # the shared communication coin
@@ -88,7 +88,7 @@ class Scaffnew(Federated):
 
 
 @dataclass(frozen=True)
-class ScaffnewConfig(AlgorithmConfig, SamplingKeys, LocalSolveKeys, PolicyKeys):
+class ScaffnewConfig(AlgorithmConfig, SamplingKeys, LocalKeys, PolicyKeys):
     p: float | None = None
     local_solver: str = "steps"
     max_local_steps: int = 100_000  # a guard on one round's geometric count, never reached at a sane p
