@@ -150,13 +150,19 @@ class NL1Config(AlgorithmConfig, SamplingKeys):
         checks.seed("algorithm.seed", self.seed)
 
     def build(self, problem: Problem, comm: Communicator) -> NL1:
-        """η null: `baselines.defaults.nl1_step` of each client's own n_i (clients of unequal shards step
-        differently), noted as that rule with this worker's first client's n_i and η (a worker knows its own rows)."""
+        """η null: `baselines.defaults.nl1_step` of each client's own n_i, min(K, n_i)/n_i (clients of unequal shards
+        step differently), noted as that rule over the clients this worker holds: ``value`` its first client's η,
+        ``rows`` the distinct n_i among them (ascending), ``etas`` the η each gives, ``clients`` how many, ``worker``
+        its rank.  A worker knows its own rows only, and NL1 makes no collective that would tell it the others': the
+        batched simulator's worker holds all m clients, so its run's summary gives every client's η, where a run of
+        one client per worker (threads, a launcher) gives worker 0's; there the others' are min(K, n_i)/n_i of the
+        sizes the summary's sharding note lists (where the rows were dealt from one table, not presharded parts)."""
         resolution = Resolution()
         if self.eta is None:
-            rows = client_rows(problem, comm, self.name)
-            n = int(rows.start[1] - rows.start[0])
-            k = min(self.k, n)  # the rule's inputs as the step takes them: a K above n_i keeps all n_i
-            resolution.add("eta", nl1_step(k, n), "nl1_step", k=k, first_client_rows=n)
+            sizes = np.diff(client_rows(problem, comm, self.name).start)
+            rows = sorted({int(n) for n in sizes})
+            resolution.add("eta", nl1_step(min(self.k, int(sizes[0])), int(sizes[0])), "nl1_step", k=self.k,
+                           worker=comm.rank, clients=len(sizes), rows=rows,
+                           etas=[nl1_step(min(self.k, n), n) for n in rows])
         return NL1(problem, comm, k=self.k, eta=self.eta, sampling=self, seed=self.seed,
                    defaults=resolution.entries)

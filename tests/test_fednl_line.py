@@ -334,8 +334,33 @@ def test_nl1_against_numpy(logistic, k, eta):
         np.testing.assert_allclose(ws[r + 1].numpy(), x, rtol=0, atol=1e-12)
     T = d * (d + 1) // 2
     assert records[3]["clients_uplink_bits"] == M * 64 * (T + 3 * (d + k * d + k))  # to reach x_3
-    assert list(algo.defaults) == ([] if eta is not None else
-                             [{"key": "algorithm.eta", "value": k / 20, "rule": "nl1_step", "stats": {"k": k, "first_client_rows": 20}}])
+    assert list(algo.defaults) == ([] if eta is not None else [
+        {"key": "algorithm.eta", "value": k / 20, "rule": "nl1_step",
+         "stats": {"k": k, "worker": 0, "clients": M, "rows": [20], "etas": [k / 20]}}])
+
+
+def test_nl1_notes_the_step_of_every_client_its_worker_holds():
+    """η null is min(K, n_i)/n_i per client; on unequal shards (40, 17 and 3 rows, K = 4) the summary's entry named
+    only the first client's n_i and η.  It now gives, for the clients the worker holds, each distinct n_i and the η
+    the run used for it: all three on the batched simulator, each worker its own on threads (a worker knows its own
+    rows), with the same ``value`` (worker 0's first client's) on both paths."""
+    from dane.baselines.nl1 import NL1Config
+
+    X, y = data()
+    parts = np.split(np.arange(60), [40, 57])
+    problems = [LinearModelShard(to_torch(X[p]), torch.from_numpy(y[p]), LOSSES["logistic"], l2=LAM,
+                                 weight=M / 60) for p in parts]
+    config = NL1Config(k=4, seed=1)
+    algo = stacked(config, problems, 1)[0][0]
+    (entry,) = algo.defaults
+    assert entry["stats"] == {"k": 4, "worker": 0, "clients": 3, "rows": [3, 17, 40], "etas": [1.0, 4 / 17, 4 / 40]}
+    used = dict(zip(entry["stats"]["rows"], entry["stats"]["etas"]))
+    assert list(algo.eta) == [used[len(p)] for p in parts] and entry["value"] == algo.eta[0]  # the steps taken
+    for rank, (worker, _, _) in enumerate(simulate(config, problems, 1)):
+        (own,) = worker.defaults
+        assert own["stats"] == {"k": 4, "worker": rank, "clients": 1, "rows": [len(parts[rank])],
+                                "etas": [list(algo.eta)[rank]]} and own["value"] == worker.eta[0]
+        assert rank > 0 or own["value"] == entry["value"]
 
 
 def test_nl1_on_a_quadratic_is_newton():
