@@ -414,6 +414,7 @@ def fit(problem, algorithm="dane", *, workers: int = 1, rounds: int = 30, tol: f
     if out_dir is not None and (not isinstance(out_dir, (str, os.PathLike)) or out_dir == ""):  # "": no folder
         raise ConfigError(f"out_dir must be a folder's path (a str or a pathlib.Path), or None to write no "
                           f"folder, got {kind(out_dir)}")
+    out_dir = None if out_dir is None else os.fspath(out_dir)  # every run kind takes the str
     if isinstance(algorithm, str):
         if "name" in algorithm_keys:  # as algorithm.name= on the command line (`experiments.overrides.LABELS`)
             raise ConfigError(f"name={algorithm_keys['name']!r} would label a run of {algorithm} as another method's; "

@@ -204,8 +204,9 @@ def test_a_problems_seed_is_checked_as_on_the_command_line(make_problem, seed):
     assert one_line(error) == f"problem.seed must be an integer in [0, 2**32 - 1], got {seed!r}"
 
 
-def test_a_path_is_an_out_dir(problem, tmp_path):
-    result = dane.fit(problem, "gd", workers=2, rounds=1, out_dir=tmp_path / "run")
+@pytest.mark.parametrize("workers", [1, 2])  # one worker is the launched kind's path, which told rank 0's folder as JSON
+def test_a_path_is_an_out_dir(problem, tmp_path, workers):
+    result = dane.fit(problem, "gd", workers=workers, rounds=1, out_dir=tmp_path / "run")
     assert [r["round"] for r in read_rounds(tmp_path / "run")] == [0, 1] == [r["round"] for r in result.records]
 
 
