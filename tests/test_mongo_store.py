@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from argparse import Namespace
@@ -745,6 +746,78 @@ def test_a_push_into_a_store_another_push_writes_is_refused_and_a_dead_ones_lock
         f"uploaded 33 samples into collection other of {uri}"
     assert not (tmp_path / LOCK_FILE).exists()  # released when the push ended
     assert np.array_equal(as_a_new_run(uri, "other").load().X, NPZSource(str(files / "t.npz")).load().X)
+
+
+def test_a_push_waits_for_a_run_reading_the_store_and_a_run_reading_while_a_push_writes_is_refused(files, tmp_path,
+                                                                                                   monkeypatch):
+    """A run that was reading an embedded store when a push began read what the push was writing: here a fetch
+    paused mid-read while a push --replace ran to its end, then read samples 1..57 of a data set that held 33.  A
+    read now holds the store's lock shared (`mongo_store.reading`), a push exclusively (`pushing`): the push says it
+    waits for the run's read, writes nothing until that read ends, then pushes; the read returns the rows it began
+    on.  A read (an image minibatch, which does not look for a push's lock itself) while a push holds the store is
+    refused with the line that says to wait for it."""
+    import threading
+
+    from dane.data.mongo_push import push_table
+
+    uri = str(tmp_path)
+    push(push_args(str(files / "t.csv"), "--target", "y", "--categorical", "kind", "--uri", uri, "--collection", "t"))
+    csv = CSVSource(str(files / "t.csv"), target="y", categorical=("kind",), standardize="none").load()
+    npz = NPZSource(str(files / "t.npz")).load()
+    run = as_a_new_run(uri)
+    ids = run.labels()[0]
+    in_read, go, moved = threading.Event(), threading.Event(), threading.Event()
+    by_ids = Store.by_ids
+
+    def paused(self, *args):
+        in_read.set()
+        go.wait(60)
+        return by_ids(self, *args)
+
+    monkeypatch.setattr(Store, "by_ids", paused)
+    got, said = {}, []
+
+    def reader():
+        try:
+            got["table"] = run.fetch(ids)
+        except Exception as err:  # noqa: BLE001 - asserted below
+            got["error"] = err
+
+    def say(line):
+        said.append(line)
+        moved.set()
+
+    def pusher():
+        said.append(push_table(connect(uri), "t", npz, print_fn=say, fingerprint_of="npz", replace=True))
+        moved.set()
+
+    reading = threading.Thread(target=reader)
+    reading.start()
+    assert in_read.wait(60)
+    pushing = threading.Thread(target=pusher)
+    pushing.start()
+    assert moved.wait(60)  # the push's first word: that it waits, or (before) its end
+    assert said == [f"push: a run is reading store {uri}; waiting for its read to end"]
+    assert connect(uri).db["dane_manifest"].find_one({"_id": "t"})["source"] == csv.name  # nothing written yet
+    go.set()
+    reading.join(60)
+    pushing.join(60)
+    assert "error" not in got, got
+    assert np.array_equal(got["table"].X, csv.X) and np.array_equal(got["table"].y, csv.y)
+    assert said[1] == f"uploaded 33 samples into collection t of {uri}"
+    monkeypatch.undo()
+    assert np.array_equal(as_a_new_run(uri).load().X, npz.X)
+
+    push(push_args(str(files / "img"), "--uri", uri, "--collection", "img"))
+    run = as_a_new_run(uri, "img")
+    run.images(np.array([1]))
+    with mongo_store.pushing(connect(uri)):
+        with pytest.raises(DataError) as refused:
+            run.images(np.array([2]))
+    assert str(refused.value) == (f"store {uri} is being written by a push ({socket.gethostname()} pid {os.getpid()}); "
+                                  f"wait for that push to end, then run again (remove {tmp_path / '.lock'} if no push "
+                                  "uses the store)")
+    assert run.images(np.array([2]))[1].tolist() == [0.0]
 
 
 def test_a_runs_collection_name_is_refused_by_the_pushs_rule(files, tmp_path, capsys):

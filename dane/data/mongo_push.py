@@ -127,7 +127,7 @@ def push_images(store: Store, name: str, folder: Path, *, print_fn: Callable[[st
 def _push(store: Store, name: str, manifest: dict, write, *, print_fn, replace: bool) -> str:
     """`_upload`, holding an embedded store's lock throughout (`dane.data.mongo_store.pushing`): a second push into
     the store meanwhile is refused in one line, before it reads or writes anything."""
-    with pushing(store):
+    with pushing(store, print_fn):
         return _upload(store, name, manifest, write, print_fn=print_fn, replace=replace)
 
 

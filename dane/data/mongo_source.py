@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from dane.data.mongo_store import (CLIENT, Store, connect, is_server, location, name_problem, push_refusal,
+from dane.data.mongo_store import (CLIENT, Store, connect, is_server, location, name_problem, push_refusal, reading,
                                    unreadable)
 from dane.data.sharding import COLUMN, ShardingKeys
 from dane.data.table import Table, missing_rows
@@ -44,11 +44,13 @@ def reads_the_store(method):
     """``method`` of `MongoSource`, with what a damaged store raises when read (`unreadable`) as one line that
     names the data set and the push that uploads it again (the push drops what it cannot read); where a push is
     writing the store (`dane.data.mongo_store.push_refusal`), that, or a refusal of what it has not finished (a
-    short data set, one not yet there), is the line that says to wait for that push instead."""
+    short data set, one not yet there), is the line that says to wait for that push instead.  The read holds an
+    embedded store shared (`dane.data.mongo_store.reading`): no push writes until it ends."""
     @functools.wraps(method)
-    def reading(self, *args):
+    def read(self, *args):
         try:
-            return method(self, *args)
+            with reading(self.location):
+                return method(self, *args)
         except Exception as err:
             if not (unreadable(err) or isinstance(err, DataError)):
                 raise
@@ -61,7 +63,7 @@ def reads_the_store(method):
             raise DataError(f"{self.store().where(self.collection)} cannot be read ({type(err).__name__}"
                             f"{': ' + detail if detail else ''}); push it again: dane data push FILE --uri {self.uri} "
                             f"--collection {self.collection}") from None
-    return reading
+    return read
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,9 @@ one the engine cannot decode (`unreadable`), in one line that gives the push to 
 One writer (`pushing`): a push into an embedded store holds the folder's lock (`dane.records.lock.take_lock`) from
 before its first read to its end, so that a second push into the store is refused, not run beside it (mongita keeps
 no lock of its own: two processes rewriting one collection's files leave files neither can read), and a run that
-starts meanwhile is told to wait (`push_refusal`). Nothing here locks a server: two pushes into one data set at
+starts meanwhile is told to wait (`push_refusal`).  No reader beside it (`reading`): each read of a run holds the
+folder's ``flock`` shared, a push exclusive, so a push waits for a read in flight and a read while a push writes is
+refused with the same line. Nothing here locks a server: two pushes into one data set at
 once are not guarded there.
 
 Engines (`connect`): a ``mongodb://`` or ``mongodb+srv://`` URI is a server, through PyMongo; any other
@@ -54,12 +56,12 @@ import hashlib
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
 from dane.errors import ConfigError, DataError
-from dane.records.lock import Refusals, lock_refusal, take_lock
+from dane.records.lock import Refusals, flocked, lock_refusal, take_lock
 
 DATABASE = "dane"            # the database of an embedded store, and of a server URI that names none
 MANIFEST = "dane_manifest"
@@ -248,17 +250,21 @@ READING = Refusals(
 
 
 @contextlib.contextmanager
-def pushing(store: Store) -> Iterator[None]:
+def pushing(store: Store, waiting: Callable[[str], None] = print) -> Iterator[None]:
     """A push's hold on an embedded store: the folder's lock (`dane.records.lock.take_lock`) from before the push
     reads the store until it ends, so that a second push into the store, into any data set of it, is refused in one
     line naming the first (mongita's files take one writing process, and no reader while it writes); a dead push's
-    lock is taken over.  A server: nothing held (concurrent pushes into one data set there are not guarded)."""
+    lock is taken over.  Then the folder's ``flock``, exclusive, beside the shared one each read of a run holds
+    (`reading`): a push that begins while a run reads waits for that read to end, saying so (``waiting``).  A server:
+    nothing held (concurrent pushes into one data set there are not guarded)."""
     if not store.embedded:
         yield
         return
     lock = take_lock(Path(store.uri), PUSHING)
     try:
-        yield
+        with flocked(Path(store.uri), exclusive=True,
+                     busy=lambda: waiting(f"push: a run is reading store {store.uri}; waiting for its read to end")):
+            yield
     finally:
         lock.unlink(missing_ok=True)
 
@@ -267,6 +273,21 @@ def push_refusal(uri: str) -> str | None:
     """The line refusing a run on the store ``uri`` while a push writes it (its lock held by a live process, as
     `pushing` takes it), or None; a server: None."""
     return None if is_server(uri) else lock_refusal(Path(uri), READING)
+
+
+def reading(uri: str) -> contextlib.AbstractContextManager:
+    """A run's hold on the embedded store ``uri`` (a folder) during one read: the folder's ``flock``, shared, so that
+    no push writes while it reads (`pushing` waits for it); one line, `push_refusal`'s, where a push holds the store
+    (a push ending just then is waited for).  A server: nothing held."""
+    if is_server(uri):
+        return contextlib.nullcontext()
+
+    def busy() -> None:
+        refusal = push_refusal(uri)
+        if refusal:
+            raise DataError(refusal)
+
+    return flocked(Path(uri), exclusive=False, busy=busy)
 
 
 def fingerprint(paths: list[Path], options: dict) -> str:

@@ -1,15 +1,19 @@
 """A folder's lock, ``<folder>/.lock`` (`take_lock`): one process writes into the folder at a time.  A run directory's
 (`dane.records.results.RunWriter` takes it when it opens and releases it when it closes; `RUN_DIR` words its
-refusals), and an embedded data store's while a push writes it (`dane.data.mongo_store.pushing`)."""
+refusals), and an embedded data store's while a push writes it (`dane.data.mongo_store.pushing`).  Readers beside a
+writer (`flocked`): an ``flock`` of the folder itself, shared by each read, exclusive while the writer writes."""
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import os
 import socket
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterator
 
 from ..errors import ConfigError
 
@@ -73,6 +77,33 @@ def take_lock(run_dir: Path, refusals: Refusals = RUN_DIR) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     raise ConfigError(refusals.stuck.format(folder=run_dir, path=path))
+
+
+@contextlib.contextmanager
+def flocked(folder: Path, *, exclusive: bool, busy: Callable[[], None]) -> Iterator[None]:
+    """The block run holding ``flock`` of ``folder`` itself (its own open descriptor: no file of its own, so a reader
+    needs no write access), shared or ``exclusive``: readers together, a writer alone.  Where another descriptor holds
+    it the other way, ``busy()`` is called first (it raises to refuse instead of waiting), then it waits.  A folder
+    that cannot be opened, or a file system without ``flock``, runs the block unheld (`take_lock` still keeps writers
+    apart)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        fd = None
+    try:
+        if fd is not None:
+            mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            except BlockingIOError:
+                busy()
+                fcntl.flock(fd, mode)
+            except OSError:  # ENOLCK, EBADF: some network file systems
+                pass
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def lock_refusal(run_dir: str | Path, refusals: Refusals = RUN_DIR) -> str | None:
