@@ -261,10 +261,13 @@ def reference_fix(run_dir: Path) -> str:
 
 def run_curve(run_dir: Path, label: str, *, passes: bool = False, error: type[MissingCount] = MissingCount) -> dict:
     """One run's ``rounds``, uplink ``bits`` per client (`bits_per_client`) and ``relative`` suboptimality
-    (O(w) − O*)/|O*| (O* from its first record), under ``label``; with ``passes`` also its local gradient passes per
-    client, its ``downlink`` bits per client (`bits_per_client`, None where uncounted), each count of
-    `paper_figs.blocks.SECOND_ORDER` per client (None where uncounted) and the run's ``status`` from its summary.
-    A count its records lack is ``error`` (a `MissingCount`), naming the run and how to make one that has it."""
+    (O(w) − O*)/|O*| (O* from its first record), under ``label``; its local gradient ``passes`` per client, its
+    ``downlink`` bits per client (`bits_per_client`) and each count of `paper_figs.blocks.SECOND_ORDER` per client,
+    each None where its records do not count it; and the run's ``status`` from its summary.  A count its records lack
+    (uplink bits; local passes too, where ``passes`` asks for them) is ``error`` (a `MissingCount`), naming the run and
+    how to make one that has it."""
+    from dane.paper_figs.blocks import SECOND_ORDER
+
     records, summary = read_rounds(run_dir), read_summary(run_dir)
     workers = summary["workers"]
     if not records or "suboptimality" not in records[0]:
@@ -275,15 +278,11 @@ def run_curve(run_dir: Path, label: str, *, passes: bool = False, error: type[Mi
     if bits is None:
         raise error(f"{run_dir}: its records count no uplink traffic; run it with comm.compress=none")
     optimum = abs(records[0]["objective"] - records[0]["suboptimality"])
-    out = {"label": label, "rounds": [r["round"] for r in records], "bits": bits}
-    if passes:
-        from dane.paper_figs.blocks import SECOND_ORDER
-
-        out["passes"] = [r["local_passes"] / workers for r in records]
-        out["downlink"] = bits_per_client(records, workers, "downlink")
-        out.update({key: None if records[0].get(key) is None else [r[key] / workers for r in records]
-                    for key in SECOND_ORDER})
-        out["status"] = summary.get("status")
+    out = {"label": label, "rounds": [r["round"] for r in records], "bits": bits,
+           "downlink": bits_per_client(records, workers, "downlink")}
+    out.update({name: None if records[0].get(key) is None else [r[key] / workers for r in records]
+                for name, key in (("passes", "local_passes"), *((key, key) for key in SECOND_ORDER))})
+    out["status"] = summary.get("status")
     return {**out, "relative": [r["suboptimality"] / optimum for r in records]}
 
 

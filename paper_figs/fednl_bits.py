@@ -28,10 +28,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from dane.paper_figs.blocks import NOT_RECORDED, SECOND_ORDER, SECOND_ORDER_NOTE, count
-from dane.paper_figs.common import (FIG_DIR, MissingCount, bits_per_client, cli, curve_style, positive, run_curve,
-                                    run_dirs_under, save, setting_text, wrapped)
+from dane.paper_figs.common import (FIG_DIR, MissingCount, cli, curve_style, positive, run_curve, run_dirs_under, save,
+                                    setting_text, wrapped)
 from dane.paper_figs.provenance import caption_line, figure_provenance, run_config
-from dane.records.results import read_rounds, read_summary
+from dane.records.results import read_summary
 from dane.synthetic.sweep import Job, RunIndex, compose_job
 
 RESULTS = "results/fednl_bits"
@@ -82,7 +82,8 @@ def label(run_dir: Path) -> str:
 
 
 def curve(run_dir: Path) -> dict:
-    """rounds, bits per client and relative suboptimality of one run (`run_curve`); a count it lacks is `NoBits`."""
+    """rounds, bits per client and relative suboptimality of one run, and the counts `table` gives (`run_curve`); an
+    uplink count it lacks is `NoBits`."""
     return run_curve(run_dir, label(run_dir), error=NoBits)
 
 
@@ -120,12 +121,12 @@ def main(results: str | Path = RESULTS, out: str | Path = FIG_DIR) -> list[Path]
     provenance = figure_provenance(run_dirs, results)
     heading = title(run_dirs)
     caption = caption_line(heading.replace("\n", "; "), provenance)
-    return save(draw(curves, heading), out, "fednl_bits", table(curves, run_dirs), caption=caption,
+    return save(draw(curves, heading), out, "fednl_bits", table(curves), caption=caption,
                 provenance=provenance)
 
 
-def table(curves: list[dict], run_dirs: list[Path]) -> str:
-    """Per run, what it spent by its last record, per client: rounds, bits up and down, local passes and
+def table(curves: list[dict]) -> str:
+    """Per run (its `curve`), what it spent by its last record, per client: rounds, bits up and down, local passes and
     `SECOND_ORDER` work (—: not counted by its records), and its last relative suboptimality; the figure draws
     rounds and uplink bits, the paper's axes, and the table gives the costs beside them, so that no method is ranked
     on one of them alone."""
@@ -134,12 +135,10 @@ def table(curves: list[dict], run_dirs: list[Path]) -> str:
     rows = [f"By each run's last record; {SECOND_ORDER_NOTE}; —: {NOT_RECORDED}, or a downlink its records do not "
             "count.", "", "| run | " + " | ".join(names) + " | last relative suboptimality |",
             "|---|" + "---|" * (len(names) + 1)]
-    for c, run_dir in zip(curves, run_dirs):
-        records, workers = read_rounds(run_dir), read_summary(run_dir)["workers"]
-        last, down = records[-1], bits_per_client(records, workers, "downlink")
-        work = [last.get(key) for key in ("local_passes", *SECOND_ORDER)]
-        cells = [str(c["rounds"][-1]), f"{c['bits'][-1]:.4g}", count(None if down is None else down[-1], ".4g"),
-                 *(count(None if x is None else x / workers, ".4g") for x in work)]
+    for c in curves:
+        counts = [c["downlink"], c["passes"], *(c[key] for key in SECOND_ORDER)]
+        cells = [str(c["rounds"][-1]), f"{c['bits'][-1]:.4g}", *(count(None if x is None else x[-1], ".4g")
+                                                                  for x in counts)]
         rows.append(f"| {c['label']} | {' | '.join(cells)} | {c['relative'][-1]:.3g} |")
     return "\n".join(rows) + "\n"
 
