@@ -417,7 +417,9 @@ def test_dirichlet_repairs_empty_shards():
     [
         (8, {}, "workers=8 exceeds the 5 training samples; use fewer workers or more data"),
         (0, {}, "workers must be >= 1, got 0"),
-        (2, {"scheme": "dirichlet", "alpha": 0.0}, "alpha must be > 0 for dirichlet sharding, got 0.0"),
+        (2, {"scheme": "dirichlet", "alpha": 0.0}, "data.alpha must be > 0, got 0.0"),  # as ShardingKeys.deal's
+        (2, {"scheme": "dirichlet", "alpha": "x"}, "data.alpha must be a number, got 'x'"),  # was a TypeError
+        (2, {"scheme": "dirichlet", "alpha": float("nan")}, "data.alpha must be a finite number, got nan"),
         (2, {"scheme": "pathological"}, "unknown sharding scheme 'pathological'; use one of: iid, dirichlet"),
     ],
 )

@@ -103,8 +103,8 @@ def shard_indices(
     if scheme not in SCHEMES:
         raise ConfigError(f"unknown sharding scheme '{scheme}'; use one of: {', '.join(SCHEMES)}")
     check_workers(n, workers)
-    if scheme == "dirichlet" and not alpha > 0:
-        raise ConfigError(f"data.alpha must be > 0 for dirichlet sharding, got {alpha}")
+    if scheme == "dirichlet":  # data.alpha='x': a TypeError comparing it (checked here, as only dirichlet reads it:
+        checks.positive("data.alpha", alpha)  # data=synthetic's alpha is the paper's, 0 allowed)
     rng = np.random.default_rng(seed)
     if scheme == "iid":
         shards = np.array_split(rng.permutation(n), workers)
@@ -329,8 +329,6 @@ class ShardingKeys:
         linear model's run deals for ``seed``: `iid_shards`, the rows of ``dane.shards(len(y), workers, seed)``."""
         checks.positive_int("workers", workers)
         checks.seed("seed", seed)
-        if self.sharding == "dirichlet":  # data.alpha='x': a TypeError comparing it (checked here, as only dirichlet
-            checks.positive("data.alpha", self.alpha)  # reads it: data=synthetic's alpha is the paper's, 0 allowed)
         if self.sharding == COLUMN:
             if clients is None:  # dane.ShardingKeys(sharding="column", ...).deal(y, m, seed=s) of one's own
                 raise ConfigError(f"data.sharding=column deals by each row's client: pass deal(..., clients=) the "
