@@ -48,6 +48,12 @@ class WorkerLost(UserError, RuntimeError):
     which handles a lost worker itself."""
 
 
+def plural(count, noun: str, spec: str = "") -> str:
+    """``count`` (formatted by ``spec``) and ``noun``, ``noun + "s"`` unless ``count`` is 1, for a message whose count
+    can be 1: "1 round", "2 rounds" (not "1 rounds")."""
+    return f"{count:{spec}} {noun if count == 1 else noun + 's'}"
+
+
 def say(line: str) -> None:
     """One line on stderr in a single write: with ``PYTHONUNBUFFERED=1`` a ``print`` writes the text and its
     newline apart, and two processes' lines on one pipe (the survivors of a lost peer) can merge."""

@@ -64,7 +64,7 @@ import torch
 from . import checks, work
 from .comm import Communicator
 from .comm.batched import per_worker, stacked
-from .errors import ConfigError
+from .errors import ConfigError, plural
 from .seeds import STREAMS, shared_seed
 
 SAMPLINGS = ("uniform", "size")
@@ -119,7 +119,7 @@ class ClientSampler:
         self.m, self.rank = m, comm.rank
         self.s = m if clients_per_round is None else int(clients_per_round)
         if self.s > m:
-            raise ConfigError(f"algorithm.clients_per_round={clients_per_round} exceeds the {m} clients; "
+            raise ConfigError(f"algorithm.clients_per_round={clients_per_round} exceeds the {plural(m, 'client')}; "
                               f"use at most {m} (or null for all)")
         self.sampling = sampling
         self.generator = torch.Generator().manual_seed(sampler_seed(seed))

@@ -27,7 +27,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from dane.comm import AlphaBeta  # noqa: E402
-from dane.errors import UserError, say  # noqa: E402
+from dane.errors import UserError, plural, say  # noqa: E402
 from dane.records.results import (atomic_write_text, output_file, output_folder, read_rounds,  # noqa: E402
                                   read_summary)
 from dane.synthetic.sweep import Job, RunIndex, job_name  # noqa: E402
@@ -150,7 +150,7 @@ def run_cost_text(summary: dict, cfg: dict | None = None) -> str | None:
 
 
 #: a data source's note in a run's summary: "569 rows x 30 features" (`dane.data`)
-_SHAPE = re.compile(r"(\d+) rows x (\d+) (features|pixels)")
+_SHAPE = re.compile(r"(\d+) rows? x (\d+) (features?|pixels)")
 
 
 def run_setting(run_dir: str | Path) -> dict[str, str | None]:
@@ -169,7 +169,7 @@ def run_setting(run_dir: str | Path) -> dict[str, str | None]:
     shape = next((found for note in summary.get("notes", []) if (found := _SHAPE.search(str(note)))), None)
     lam = problem.get("lam")
     return {"problem": summary.get("problem") or problem.get("name"), "data": name,
-            "size": f"{int(shape[1]):,} rows x {shape[2]} {shape[3]}" if shape else None,
+            "size": f"{plural(int(shape[1]), 'row', ',')} x {shape[2]} {shape[3]}" if shape else None,
             "N": f"{int(problem['n_samples']):,}" if generated else None,
             "d": str(problem["dim"]) if generated and problem.get("dim") is not None else None,
             "m": None if summary.get("workers") is None else str(summary["workers"]),

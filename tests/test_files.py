@@ -202,7 +202,7 @@ def test_part_count_must_equal_the_workers(tmp_path):
     source = CSVSource(str(tmp_path / "part-{rank}.csv"), target="y", standardize=False)
     with pytest.raises(DataError) as err:
         source.load_part(0, 2)
-    assert "part-2.csv exists but only 2 workers were launched" in one_line(err)
+    assert "part-2.csv exists but the run launched only 2 workers" in one_line(err)
     assert "launch 3 workers" in str(err.value)
     with pytest.raises(DataError) as err:
         source.load_part(0, 4)

@@ -116,7 +116,7 @@ def test_builtin_set_shards_and_notes_give_each_worker_its_size_and_histogram():
     assert notes[notes.index(lines[0]) - 1].startswith("sharding: dirichlet (alpha=0.1) on labels, seed 0: 4 workers")
     for worker, (line, r) in enumerate(zip(lines, rows)):
         minus, plus = int((y[r] < 0).sum()), int((y[r] > 0).sum())
-        want = f"worker {worker}: {len(r)} rows; " + ", ".join(
+        want = f"worker {worker}: {len(r)} row{'s' * (len(r) != 1)}; " + ", ".join(  # worker 2: 1 row
             [f"-1: {minus}"] * bool(minus) + [f"1: {plus}"] * bool(plus))
         assert line == want
     assert all(not n.startswith("worker ") for n in config.build(1, 4).notes)  # rank 0 reports every worker

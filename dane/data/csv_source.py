@@ -27,7 +27,7 @@ from dane import checks
 from dane.data.parts import FileSource, count_lines
 from dane.data.sharding import ShardingKeys
 from dane.data.table import MISSING, Table, is_number, missing_rows, not_utf8, standardize_columns
-from dane.errors import ConfigError, DataError
+from dane.errors import ConfigError, DataError, plural
 
 IMPUTE = ("mean", "median", "error")
 
@@ -145,7 +145,7 @@ class CSVSource(FileSource, ShardingKeys):
             raise DataError(f"{file} has only the label column '{self.target}'{others}; add at least one feature "
                             "column" + (" or leave fewer out" if self.drop else ""))
         X = np.column_stack(blocks)
-        notes.insert(0, f"read {X.shape[0]} rows x {X.shape[1]} features from {file}")
+        notes.insert(0, f"read {plural(X.shape[0], 'row')} x {plural(X.shape[1], 'feature')} from {file}")
         if self.drop:
             notes.insert(1, f"left out column(s) {', '.join(self.drop)} (data.drop)")
         columns = list(range(X.shape[1])) if self.standardize == "all" else numeric if self.standardize == "numeric" else []

@@ -26,7 +26,7 @@ from dane.data.parts import FileSource, count_lines
 from dane.data.scaling import standardize_matrix
 from dane.data.sharding import ShardingKeys
 from dane.data.table import Table, is_number
-from dane.errors import ConfigError, DataError
+from dane.errors import ConfigError, DataError, plural
 
 FORMAT = "each line is '<label> <index>:<value> ...' with increasing indices"
 QID = "qid"  # the one client column a LIBSVM line has: its qid:<n> field
@@ -101,7 +101,7 @@ class LibSVMSource(FileSource, ShardingKeys):
         bad = np.count_nonzero(~np.isfinite(X.data)) + np.count_nonzero(~np.isfinite(y))
         if bad:
             raise DataError(_non_finite(file, X, y, bad))
-        notes = [f"read {X.shape[0]} rows x {d} features ({X.nnz} non-zeros, sparse) from {file}"]
+        notes = [f"read {plural(X.shape[0], 'row')} x {plural(d, 'feature')} ({X.nnz} non-zeros, sparse) from {file}"]
         notes += filter(None, [standardize_matrix(X, self.standardize)])
         return Table(X=X, y=np.asarray(y, dtype=np.float64), name=f"libsvm:{Path(self.path).name}", notes=notes,
                      clients=_every_line_has_a_qid(file, qid[0], X.shape[0]) if qid else None)

@@ -30,7 +30,7 @@ from dane.data.parts import FileSource
 from dane.data.scaling import standardize_matrix
 from dane.data.sharding import ShardingKeys
 from dane.data.table import Table, is_number, missing_rows
-from dane.errors import ConfigError, DataError, UserError
+from dane.errors import ConfigError, DataError, UserError, plural
 
 SPARSE_SUFFIXES = ("_data", "_indices", "_indptr", "_shape")
 FIX = "write it with dane.data.files.save_npz(path, X, y)"
@@ -84,7 +84,7 @@ class NPZSource(FileSource, ShardingKeys):
             raise DataError(f"{file} is not a readable .npz archive ({_short(err)}); {FIX}") from None
         X, y = _checked(file, X, y, self.x_key, self.y_key)
         kind = f"sparse, {X.nnz} non-zeros" if sparse else "dense"
-        notes = [f"read {X.shape[0]} rows x {X.shape[1]} features ({kind}) from {file}"]
+        notes = [f"read {plural(X.shape[0], 'row')} x {plural(X.shape[1], 'feature')} ({kind}) from {file}"]
         notes += filter(None, [standardize_matrix(X, self.standardize)])
         return Table(X=X, y=y, name=f"npz:{Path(self.path).name}", notes=notes,
                      clients=None if clients is None else _clients(file, clients, self.client_column, len(y)))

@@ -19,7 +19,7 @@ from typing import Sequence
 from dane import checks
 from dane.data.scaling import STANDARDIZE, standardize_mode
 from dane.data.table import Table, file_stamps, resolve
-from dane.errors import ConfigError, DataError, UserError
+from dane.errors import ConfigError, DataError, UserError, plural
 
 PLACEHOLDER = "{rank}"
 
@@ -38,12 +38,12 @@ def part_files(path: str, data_dir: str | None, size: int) -> list[Path]:
         resolve(
             path.format(rank=found),
             data_dir,
-            fix=f"the {size} workers need parts 0..{size - 1} of {path} but {found} exist; launch as many "
-            "workers as parts, or write the missing part (or check data.path and data_dir)",
+            fix=f"a run of {plural(size, 'worker')} reads parts 0..{size - 1} of {path}; launch as many workers as "
+            "parts, or write the missing part (or check data.path and data_dir)",
         )
     if found > size:
         raise DataError(
-            f"{path.format(rank=size)} exists but only {size} workers were launched; there are "
+            f"{path.format(rank=size)} exists but the run launched only {plural(size, 'worker')}; there are "
             f"{found} parts of {path}, so launch {found} workers (as many workers as parts)"
         )
     return [resolve(path.format(rank=rank), data_dir) for rank in range(size)]

@@ -47,7 +47,7 @@ import torch
 
 from dane import checks
 from dane.data.table import is_number, missing_rows
-from dane.errors import ConfigError, DataError
+from dane.errors import ConfigError, DataError, plural
 
 SCHEMES = ("iid", "dirichlet", "classes", "quantity")
 COLUMN = "column"  # clients from a column of the data: `column_shards`, not a scheme of `shard_indices`
@@ -356,18 +356,18 @@ class ShardingKeys:
         """
         if clients is not None:
             notes = [f"sharding: column (data.client_column={self.client_column}: one client per distinct value, "
-                     f"in sorted order; histograms of {what}): {len(shards)} workers, "
+                     f"in sorted order; histograms of {what}): {plural(len(shards), 'worker')}, "
                      f"rows {', '.join(str(len(s)) for s in shards)}"]
-            return notes + [f"worker {w} ({self.client_column}={c}): {len(rows)} rows; {histogram}"
+            return notes + [f"worker {w} ({self.client_column}={c}): {plural(len(rows), 'row')}; {histogram}"
                             for w, (c, rows, histogram) in enumerate(zip(clients, shards, _histograms(groups, shards)))]
         law = {"dirichlet": f"alpha={self.alpha:g}", "classes": f"C={self.classes_per_worker}",
                "quantity": f"sizes ~ (i+1)^-{self.exponent:g}", "iid": "equal sizes"}[self.sharding]
         on = f" on {what}" if what else ""
-        notes = [f"sharding: {self.sharding} ({law}){on}, seed {seed}: {len(shards)} workers, "
+        notes = [f"sharding: {self.sharding} ({law}){on}, seed {seed}: {plural(len(shards), 'worker')}, "
                  f"rows {', '.join(str(len(s)) for s in shards)}"]
         histograms = _histograms(groups, shards) if self.sharding in GROUPED else [None] * len(shards)
         for worker, (rows, histogram) in enumerate(zip(shards, histograms)):
-            text = f"worker {worker}: {len(rows)} rows"
+            text = f"worker {worker}: {plural(len(rows), 'row')}"
             if histogram is not None:
                 text += "; " + histogram
             notes.append(text)

@@ -33,7 +33,7 @@ from .checkpoint import (CHECKPOINT_DIR, commit_checkpoint, load_checkpoint, par
                          save_checkpoint, truncate_rounds, write_torch)
 from ..records.confusion import write_confusion
 from ..records.lock import lock_refusal
-from ..errors import ConfigError, say
+from ..errors import ConfigError, plural, say
 from ..layout import CONF_DIR
 from .faults import inject_faults
 from ..comm.roster import fill_parked
@@ -221,7 +221,7 @@ class Display(Callback):
             record = loop.reported(record)
             if self.preamble and len(loop.seen) == 1:  # the records' keys now say which test tol applies to
                 unapplied = self.stop.unapplied(record)
-                say(f"stop: {' or '.join(filter(None, (self.stop.rule(record), f'{self.stop.rounds} rounds')))}"
+                say(f"stop: {' or '.join(filter(None, (self.stop.rule(record), plural(self.stop.rounds, 'round'))))}"
                     + (f"; {unapplied}" if unapplied else ""))
             self.show(record)
 
@@ -438,7 +438,7 @@ class ClosingLine(Callback):
               f"{summary['backend']}: "
               f"{summary['status']}"
               + (f" ({summary['stopped_by']})" if summary["stopped_by"] != summary["status"] else "")
-              + f" after {summary['rounds']} rounds, {tail}, "
+              + f" after {plural(summary['rounds'], 'round')}, {tail}, "
               f"{summary['total_bytes']} bytes sent, {summary['time_s']:.3f} s"
               + (" simulated" if loop.spec.comm.simulated else "")
               + (f" -> {loop.out_dir}" if loop.out_dir else ""), flush=True)

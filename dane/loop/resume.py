@@ -9,7 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .. import checks
-from ..errors import ConfigError
+from ..errors import ConfigError, plural
 from ..records.results import ROUNDS_FILE, SUMMARY_FILE
 from .checkpoint import CHECKPOINT_DIR, check_resume, committed, config_differences, finished, whole_records
 from .stopping import ROUNDS_ZERO
@@ -60,8 +60,8 @@ def refuse_finished(path: Path, rounds: int) -> None:
     if status == "max_rounds" and isinstance(done, int) and rounds > done:
         return
     extend = f"rounds above {done} extends a run that stopped at its cap, " if status == "max_rounds" else ""
-    raise ConfigError(f"resume: {path} holds a finished run ({status} after {done} rounds); there is nothing to "
-                      f"continue: {extend}drop resume and set overwrite=true to start it again, or use a new out_dir")
+    raise ConfigError(f"resume: {path} holds a finished run ({status} after {plural(done, 'round')}); there is nothing "
+                      f"to continue: {extend}drop resume and set overwrite=true to start it again, or use a new out_dir")
 
 
 #: what may differ between a finished run's config and a sweep job's that finds it done (`finished_run`): how the
@@ -86,7 +86,7 @@ def finished_run(cfg: DictConfig) -> str | None:
     if summary is None or config_differences(held, text, may_change=SAME_RUN):
         return None
     return (f"resume=auto: {path} holds the finished run of this config ({summary.get('status')} after "
-            f"{summary.get('rounds')} rounds); nothing to do, kept as it was")
+            f"{plural(summary.get('rounds'), 'round')}); nothing to do, kept as it was")
 
 
 def keep_unfinished(path: Path, checkpoint_every: int) -> None:
@@ -98,7 +98,8 @@ def keep_unfinished(path: Path, checkpoint_every: int) -> None:
     held = whole_records(path / ROUNDS_FILE)  # 0 where there is no log
     if held and (checkpoint_every == 0 or held > checkpoint_every + 1):
         why = "it ran without checkpoint_every" if checkpoint_every == 0 else \
-            f"more than the checkpoint_every={checkpoint_every} rounds a restart before the first checkpoint loses"
-        raise ConfigError(f"resume=auto: {path} holds {held} records of an unfinished run and no committed checkpoint "
-                          f"to continue from ({why}); they are kept: drop resume and set overwrite=true to start again (its "
-                          "records are replaced), or use a new out_dir")
+            f"more than the {plural(checkpoint_every, 'round')} (checkpoint_every) a restart before the first " \
+            "checkpoint loses"
+        raise ConfigError(f"resume=auto: {path} holds {plural(held, 'record')} of an unfinished run and no committed "
+                          f"checkpoint to continue from ({why}); they are kept: drop resume and set overwrite=true to "
+                          "start again (its records are replaced), or use a new out_dir")

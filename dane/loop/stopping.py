@@ -6,7 +6,7 @@ import difflib
 import math
 from dataclasses import dataclass
 
-from ..errors import ConfigError
+from ..errors import ConfigError, plural
 from ..records.projection import ROUND_OFF, Trend, fit, improved
 
 #: what ``rounds=0`` runs: round 0's record of w_0 and no step
@@ -133,7 +133,7 @@ class StopRule:
         if status == "target_reached":
             return f"{self.monitor} {'>=' if self.mode == 'max' else '<='} {self.target:g}"
         if status == "early_stopped":
-            return f"{self.monitor} not better by {self.min_delta:g} for {self.patience} rounds"
+            return f"{self.monitor} not better by {self.min_delta:g} for {plural(self.patience, 'round')}"
         return status
 
     def measure(self, record: dict, first: dict) -> Measure | None:

@@ -27,7 +27,7 @@ import torch
 
 from .. import checks
 from ..comm.meters import start_up
-from ..errors import ConfigError
+from ..errors import ConfigError, plural
 from ..seeds import worker_seed
 from ..work import count
 
@@ -207,7 +207,7 @@ def refuse_oversized(key: str, batch_size: int | None, n: int, *, null: bool = T
     the key takes null for the whole shard, and the line says so)."""
     if batch_size is not None and batch_size > n:
         fix = "a smaller batch or null for the full shard" if null else "a batch no larger than the smallest shard"
-        raise ConfigError(f"{key}={batch_size} exceeds this worker's {n} samples; use {fix}")
+        raise ConfigError(f"{key}={batch_size} exceeds this worker's {plural(n, 'sample')}; use {fix}")
 
 
 def inner_sampler(shard):

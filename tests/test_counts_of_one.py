@@ -1,0 +1,78 @@
+"""A count a user reads that can be 1 says "1 round", "1 worker", not "1 rounds" (`dane.errors.plural`): the run's
+last line and its stop line, the sharding and data notes, and the refusals whose count is a config value."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import dane
+from dane.data.files import CSVSource
+from dane.errors import ConfigError, DataError, plural
+from dane.loop.resume import keep_unfinished
+from dane.loop.stopping import StopRule
+from dane.sampling import ClientSampler
+
+
+def test_plural():
+    assert [plural(n, "row") for n in (0, 1, 2)] == ["0 rows", "1 row", "2 rows"]
+    assert plural(32561, "row", ",") == "32,561 rows" and plural(None, "round") == "None rounds"
+
+
+def test_a_one_round_run_says_round(capsys):
+    """rounds=1: the run said "stop: 1 rounds" and "after 1 rounds"."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20, 1))
+    dane.fit(dane.problems.LogReg(X, (X[:, 0] > 0).astype(float), lam=0.1), "gd", workers=1, rounds=1, quiet=False)
+    said = capsys.readouterr()
+    assert "stop: 1 round" in said.err.splitlines()
+    assert " after 1 round, final objective " in said.out.splitlines()[-1]
+
+
+def test_the_notes_of_one_worker_one_row_and_one_feature(tmp_path):
+    rows, notes = dane.ShardingKeys(sharding="dirichlet").deal(np.array([0.0, 1.0, 1.0]), 1, seed=0)
+    assert notes == ["sharding: dirichlet (alpha=1) on labels, seed 0: 1 worker, rows 3", "worker 0: 3 rows; 0: 1, 1: 2"]
+    rows, notes = dane.ShardingKeys(sharding="quantity", exponent=2.0).deal(np.zeros(3), 2, seed=0)
+    assert [len(r) for r in rows] == [2, 1] and notes[2] == "worker 1: 1 row"
+    path = tmp_path / "one.csv"
+    path.write_text("y,a\n1,2.5\n")
+    assert CSVSource(str(path), target="y", standardize="none").load().notes[0] == f"read 1 row x 1 feature from {path}"
+
+
+def test_refusals_whose_count_is_one():
+    with pytest.raises(ConfigError) as err:
+        ClientSampler(SimpleNamespace(size=1, rank=0), 2)
+    assert str(err.value) == "algorithm.clients_per_round=2 exceeds the 1 client; use at most 1 (or null for all)"
+    stop = StopRule(rounds=10, monitor="objective", patience=1)
+    assert stop.stopped_by("early_stopped", {"round": 3, "objective": 1.0}, {"round": 0, "objective": 1.0}) == \
+        "objective not better by 0 for 1 round"
+
+
+def test_resume_counts_one_record_and_one_round(tmp_path):
+    (tmp_path / "rounds.jsonl").write_text('{"round": 0}\n')
+    with pytest.raises(ConfigError, match=r"holds 1 record of an unfinished run .*\(it ran without checkpoint_every\)"):
+        keep_unfinished(tmp_path, 0)
+    (tmp_path / "rounds.jsonl").write_text('{"round": 0}\n{"round": 1}\n{"round": 2}\n')
+    with pytest.raises(ConfigError, match=r"more than the 1 round \(checkpoint_every\) a restart before"):
+        keep_unfinished(tmp_path, 1)
+
+
+def test_parts_of_one_worker(tmp_path):
+    for r in range(2):
+        (tmp_path / f"p-{r}.csv").write_text(f"y,a\n{r},1\n")
+    with pytest.raises(DataError, match="p-1.csv exists but the run launched only 1 worker; there are 2 parts"):
+        CSVSource(str(tmp_path / "p-{rank}.csv"), target="y", standardize="none").load_part(0, 1)
+
+
+def test_a_figure_reads_the_size_of_a_one_feature_data_set(tmp_path):
+    """The figures' captions read a run's size from its data note ("read 100 rows x 1 feature from ...")."""
+    import json
+
+    from dane.paper_figs.common import run_setting
+
+    for note, size in (("read 100 rows x 1 feature from f.csv", "100 rows x 1 feature"),
+                       ("read 1 row x 30 features from f.csv", "1 row x 30 features"),
+                       ("scikit-learn's bundled breast_cancer data: 569 rows x 30 features", "569 rows x 30 features")):
+        (tmp_path / "summary.json").write_text(json.dumps({"notes": [note], "workers": 1}))
+        assert run_setting(tmp_path)["size"] == size
