@@ -54,6 +54,16 @@ def plural(count, noun: str, spec: str = "") -> str:
     return f"{count:{spec}} {noun if count == 1 else noun + 's'}"
 
 
+def brief(err: BaseException, limit: int = 120) -> str:
+    """``err``'s text on one line (its whitespace collapsed) for a message that quotes it: whole where it has at most
+    ``limit`` characters, else cut at the end of a word within them and followed by " ..." (not mid-word)."""
+    text = " ".join(str(err).split())
+    if len(text) <= limit:
+        return text
+    head = text[:limit + 1].rsplit(" ", 1)[0] if " " in text[:limit + 1] else text[:limit]
+    return f"{head} ..."
+
+
 def say(line: str) -> None:
     """One line on stderr in a single write: with ``PYTHONUNBUFFERED=1`` a ``print`` writes the text and its
     newline apart, and two processes' lines on one pipe (the survivors of a lost peer) can merge."""

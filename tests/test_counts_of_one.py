@@ -1,5 +1,6 @@
 """A count a user reads that can be 1 says "1 round", "1 worker", not "1 rounds" (`dane.errors.plural`): the run's
-last line and its stop line, the sharding and data notes, and the refusals whose count is a config value."""
+last line and its stop line, the sharding and data notes, and the refusals whose count is a config value.  And an
+error's text quoted in a line ends at a word (`dane.errors.brief`)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -9,7 +10,7 @@ import pytest
 
 import dane
 from dane.data.files import CSVSource
-from dane.errors import ConfigError, DataError, plural
+from dane.errors import ConfigError, DataError, brief, plural
 from dane.loop.resume import keep_unfinished
 from dane.loop.stopping import StopRule
 from dane.sampling import ClientSampler
@@ -18,6 +19,13 @@ from dane.sampling import ClientSampler
 def test_plural():
     assert [plural(n, "row") for n in (0, 1, 2)] == ["0 rows", "1 row", "2 rows"]
     assert plural(32561, "row", ",") == "32,561 rows" and plural(None, "round") == "None rounds"
+
+
+def test_brief_quotes_an_errors_text_on_one_line_and_cuts_it_at_a_word():
+    assert brief(ValueError("a  b\n c")) == "a b c" and brief(ValueError()) == ""
+    assert brief(ValueError("abc defg hij"), 8) == "abc defg ..."  # the word ends at the limit: kept
+    assert brief(ValueError("abc defg hij"), 7) == "abc ..." and brief(ValueError("abcdefgh"), 4) == "abcd ..."
+    assert brief(ValueError("abc defg hij"), 12) == "abc defg hij"
 
 
 def test_a_one_round_run_says_round(capsys):

@@ -390,6 +390,35 @@ def test_server_path_without_a_server(files, tmp_path):
     assert os.path.isdir(tmp_path / "dane.t")  # mongita's folder for the collection: on disk, not in memory
 
 
+
+def test_pymongos_words_are_quoted_whole_or_cut_at_a_word():
+    """A bad URI's line cut PyMongo's hint mid-name ("use urllib.parse.)", at 120 characters), an unanswered server's
+    mid-word ("connectTimeoutMS: 20000.0ms, connec)", at 100): the URI's (one sentence) is now quoted whole, the
+    server's (its topology follows) cut at the end of a word (`dane.errors.brief`)."""
+    from pymongo.errors import ServerSelectionTimeoutError
+    from pymongo.uri_parser import parse_uri
+
+    uri = "mongodb://host:notaport/db"
+    with pytest.raises(ValueError) as pymongo_said:  # its hint: use urllib.parse.quote_plus
+        parse_uri(uri)
+    with pytest.raises(ConfigError) as raised:
+        server_database(uri)
+    assert str(raised.value) == (f"data.uri={uri} is not a MongoDB URI ({pymongo_said.value}); write "
+                                 "mongodb://HOST[:PORT]/DATABASE, or a folder for an embedded store")
+
+    class Unanswered:  # PyMongo's error, as a collection of a client that finds no server raises it
+        def find_one(self, query):
+            raise ServerSelectionTimeoutError(
+                "127.0.0.1:1: [Errno 111] Connection refused (configured timeouts: socketTimeoutMS: 20000.0ms, "
+                "connectTimeoutMS: 20000.0ms), Timeout: 3.0s, Topology Description: <TopologyDescription id: 1>")
+
+    with pytest.raises(DataError) as raised:
+        Store(db={"dane_manifest": Unanswered()}, uri="mongodb://127.0.0.1:1/dane", embedded=False).manifest("t")
+    assert str(raised.value) == (
+        "data.uri=mongodb://127.0.0.1:1/dane: no MongoDB server answers (ServerSelectionTimeoutError: 127.0.0.1:1: "
+        "[Errno 111] Connection refused (configured timeouts: socketTimeoutMS: 20000.0ms, ...); start it, or check "
+        "the host and port")
+
 def image_spec(files: Path, uri: Path, *overrides: str):
     """The run spec of a network on the pushed image folder ``files/img`` (5 images, 2 labels)."""
     

@@ -8,7 +8,7 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, brief
 from ..records.results import atomic_write_text
 
 #: the message sizes (bytes) a calibration times, 8 B to 4 MB (`dane.synthetic.calibrate`)
@@ -191,4 +191,4 @@ def _why(err: Exception) -> str:
         return f"no {err} entry"
     if isinstance(err, TypeError):
         return "not a JSON object with alpha and beta"
-    return " ".join(str(err).split())[:120]
+    return brief(err)

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, brief
 from .cost import AlphaBeta
 
 #: the summary's ``calibration`` where no tail is drawn
@@ -207,7 +207,7 @@ def load_tail(path: str | Path, base: AlphaBeta, seed: tuple[int, ...]) -> Taile
         source = {"path": str(path), "sha256": hashlib.sha256(raw).hexdigest(),
                   "host": str(tail["machine"]["host"]), **{k: tail[k] for k in PROVENANCE}}
     except (KeyError, TypeError, ValueError) as err:
-        why = f"no {err} entry" if isinstance(err, KeyError) else " ".join(str(err).split())[:120]
+        why = f"no {err} entry" if isinstance(err, KeyError) else brief(err)
         raise ConfigError(f"{path} is not a tail calibration ({why}); re-run `{REMAKE}` to remake it, or drop its "
                           "tail entry for alpha-beta only") from None
     return TailedCost(base, table, source, seed)

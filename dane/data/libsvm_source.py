@@ -26,7 +26,7 @@ from dane.data.parts import FileSource, count_lines
 from dane.data.scaling import standardize_matrix
 from dane.data.sharding import ShardingKeys
 from dane.data.table import Table, is_number
-from dane.errors import ConfigError, DataError, plural
+from dane.errors import ConfigError, DataError, brief, plural
 
 FORMAT = "each line is '<label> <index>:<value> ...' with increasing indices"
 QID = "qid"  # the one client column a LIBSVM line has: its qid:<n> field
@@ -86,7 +86,7 @@ class LibSVMSource(FileSource, ShardingKeys):
         except (ValueError, TypeError, OverflowError) as err:
             raise DataError(_explain(file, err, self.zero_based, qid=self.client_column == QID)) from None
         except (OSError, EOFError, zlib.error) as err:  # a damaged .gz/.bz2 stream (BadGzipFile is an OSError)
-            raise DataError(f"{file} cannot be read ({' '.join(str(err).split())[:80] or type(err).__name__}); "
+            raise DataError(f"{file} cannot be read ({brief(err, 80) or type(err).__name__}); "
                             "is the compressed file complete? re-download it or give the uncompressed file") from None
         X = sp.csr_matrix(X)
         if X.shape[0] == 0:
@@ -132,7 +132,7 @@ def _explain(file: Path, err: Exception, zero_based: bool | str, *, qid: bool = 
     if found is not None:
         line, text, why, form = found
         return f"{file} line {line} is not LIBSVM ({why}: {text[:60]!r}); {form}; fix the line"
-    reason = " ".join(str(err).split())[:120]
+    reason = brief(err)
     if "Invalid index 0" in reason and zero_based is False:
         return f"{file} has feature index 0 but data.zero_based=false; set data.zero_based=true"
     return f"{file} is not a LIBSVM file ({reason}); {FORMAT}; fix the file or check data.path"

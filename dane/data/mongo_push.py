@@ -33,7 +33,7 @@ import numpy as np
 
 from dane.data.mongo_store import (BATCH, CLIENT, IN_BATCH, MANIFEST, Store, column_fields, drop, drop_embedded_files,
                                    gridfs_documents, pushing, row_documents)
-from dane.errors import DataError
+from dane.errors import DataError, brief
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".pgm", ".ppm", ".tif", ".tiff")
 
@@ -237,4 +237,4 @@ def decode_image(data: bytes) -> np.ndarray:
     except UnidentifiedImageError:
         raise UnreadableImage("not an image file Pillow knows") from None
     except (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError) as err:
-        raise UnreadableImage(f"{type(err).__name__}: {' '.join(str(err).split())[:80]}") from None
+        raise UnreadableImage(f"{type(err).__name__}: {brief(err, 80)}") from None

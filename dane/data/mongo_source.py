@@ -34,7 +34,7 @@ from dane.data.mongo_store import (CLIENT, Store, connect, is_server, location, 
                                    unreadable)
 from dane.data.sharding import COLUMN, ShardingKeys
 from dane.data.table import Table, missing_rows
-from dane.errors import ConfigError, DataError
+from dane.errors import ConfigError, DataError, brief
 
 _STORES: dict[str, Store] = {}
 _LABELS: dict[tuple[str, str, str | None], tuple[np.ndarray, np.ndarray, dict]] = {}
@@ -59,7 +59,7 @@ def reads_the_store(method):
                 raise DataError(busy) from None
             if not unreadable(err):
                 raise
-            detail = " ".join(str(err).split())[:100]
+            detail = brief(err, 100)
             raise DataError(f"{self.store().where(self.collection)} cannot be read ({type(err).__name__}"
                             f"{': ' + detail if detail else ''}); push it again: dane data push FILE --uri {self.uri} "
                             f"--collection {self.collection}") from None

@@ -60,7 +60,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from dane.errors import ConfigError, DataError
+from dane.errors import ConfigError, DataError, brief
 from dane.records.lock import Refusals, flocked, lock_refusal, take_lock
 
 DATABASE = "dane"            # the database of an embedded store, and of a server URI that names none
@@ -127,7 +127,7 @@ def server_database(uri: str) -> str:
     try:
         parsed = parse_uri(uri)
     except Exception as err:  # pymongo's InvalidURI, ConfigurationError (an SRV lookup), ValueError
-        raise ConfigError(f"data.uri={uri} is not a MongoDB URI ({' '.join(str(err).split())[:120]}); "
+        raise ConfigError(f"data.uri={uri} is not a MongoDB URI ({brief(err, 200)}); "
                           "write mongodb://HOST[:PORT]/DATABASE, or a folder for an embedded store") from None
     return parsed.get("database") or DATABASE
 
@@ -195,7 +195,7 @@ class Store:
             if self.embedded or not type(err).__module__.startswith("pymongo"):
                 raise
             raise DataError(f"data.uri={self.uri}: no MongoDB server answers ({type(err).__name__}: "
-                            f"{' '.join(str(err).split())[:100]}); start it, or check the host and port") from None
+                            f"{brief(err, 100)}); start it, or check the host and port") from None
 
     def count(self, name: str) -> int:
         return self.db[name].count_documents({})

@@ -30,7 +30,7 @@ from dane.data.parts import FileSource
 from dane.data.scaling import standardize_matrix
 from dane.data.sharding import ShardingKeys
 from dane.data.table import Table, is_number, missing_rows
-from dane.errors import ConfigError, DataError, UserError, plural
+from dane.errors import ConfigError, DataError, UserError, brief, plural
 
 SPARSE_SUFFIXES = ("_data", "_indices", "_indptr", "_shape")
 FIX = "write it with dane.data.files.save_npz(path, X, y)"
@@ -337,4 +337,4 @@ def _column(name, values, arrays: dict, n: int) -> np.ndarray:
 
 def _short(err: Exception) -> str:
     """An exception's message on one line, cut to a readable length."""
-    return " ".join(str(err).split())[:120] or type(err).__name__
+    return brief(err) or type(err).__name__

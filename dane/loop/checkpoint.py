@@ -43,7 +43,7 @@ import numpy as np
 import torch
 import yaml
 
-from ..errors import ConfigError, OutputError, UserError
+from ..errors import ConfigError, OutputError, UserError, brief
 from ..records.results import ROUNDS_FILE, TEMPORARY, atomic_write, read_summary
 
 CHECKPOINT_DIR = "checkpoint"
@@ -353,7 +353,7 @@ def load_checkpoint(run_dir: str | Path, rank: int, meta: dict) -> dict:
                           f"({meta['workers']})?") from None
     except Exception as err:  # noqa: BLE001 - torch.load raises many kinds on a damaged file
         raise ConfigError(f"checkpoint file {path} cannot be loaded ({type(err).__name__}: "
-                          f"{' '.join(str(err).split())[:100]}); remove the checkpoint/ folder and start again") from None
+                          f"{brief(err, 100)}); remove the checkpoint/ folder and start again") from None
     if not isinstance(state, dict) or state.get("round") != marker["round"] or "meta" not in state:
         raise ConfigError(f"checkpoint file {path} is not round {marker['round']}'s part; "
                           "the checkpoint is inconsistent, remove the checkpoint/ folder and start again")
