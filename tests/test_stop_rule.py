@@ -12,6 +12,7 @@ import torch
 
 import dane
 from dane.algorithm import Rounds
+from dane.errors import ConfigError
 from dane.loop.runner import run
 from dane.loop.stopping import DivergenceWatch, EarlyStopping, StopRule
 
@@ -62,6 +63,33 @@ def test_tol_is_relative_to_the_optimum_and_tol_abs_is_a_floor():
     assert StopRule(tol_abs=25.0).rule(record) == "suboptimality <= 25"
     assert StopRule(tol_abs=25.0).rule({"grad_norm": 1.0}) is None          # no reference: tol_abs has nothing to test
 
+
+
+def test_tol_of_one_or_more_without_a_reference_is_refused_at_the_first_record_with_one_it_is_a_test(tmp_path):
+    """tol=1 without a reference optimum stopped every run "converged (grad_norm <= 1 x grad_norm at round 0) after
+    0 rounds", having done nothing: the gradient test holds at round 0 for any tol >= 1.  It is refused in one line
+    at the first record, before the run writes it; with a reference, tol=2 is a relative suboptimality that can fail
+    (here at 3 |O*|), and tol below 1 is the gradient test as before."""
+    line = ("tol=1 would stop this run at round 0, having done nothing: without a reference optimum its test is "
+            "grad_norm <= tol x grad_norm at round 0, which holds there for any tol >= 1; set tol below 1, or measure "
+            "the suboptimality, which problem.optimum=auto gives where the problem can solve for it")
+    first = {"round": 0, "objective": 4.0, "grad_norm": 2.0}
+    with pytest.raises(ConfigError) as refused:
+        StopRule(tol=1.0).status(first, first)
+    assert str(refused.value) == line
+    assert StopRule(tol=0.5).status(first, first) is None
+    assert StopRule(tol=0.5).status({**first, "round": 1, "grad_norm": 1.0}, first) == "converged"
+    record = {"round": 0, "objective": 4.0, "suboptimality": 3.0}  # O* = 1
+    assert StopRule(tol=2.0).status(record, record) is None
+    assert StopRule(tol=3.0).status(record, record) == "converged"
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 3))
+    with pytest.raises(ConfigError) as refused:
+        dane.fit(dane.problems.LogReg(X, (X[:, 0] > 0).astype(float), lam=0.1), "gd", workers=2, tol=1,
+                 out_dir=str(tmp_path / "run"))
+    assert str(refused.value) == line
+    assert not (tmp_path / "run" / "rounds.jsonl").exists() and not (tmp_path / "run" / "summary.json").exists()
 
 def test_relative_tol_stops_in_the_same_round_when_the_targets_are_scaled():
     """O* scales with y², so an absolute tol moved with the units; the relative one does not."""

@@ -61,14 +61,23 @@ class StopRule:
     mode: str = "max"
 
     def status(self, record: dict, first: dict) -> str | None:
-        """"diverged" on the stateless tests (non-finite, past ``blowup``), "converged" within tolerance, else None."""
+        """"diverged" on the stateless tests (non-finite, past ``blowup``), "converged" within tolerance, else None.
+        The gradient test (no reference optimum) with ``tol`` >= 1 is refused in one line at the first record, before
+        it is written: it holds at round 0 whatever the run, which would stop "converged" having done nothing (with a
+        reference, a relative suboptimality above 1 is a test that can fail: tol >= 1 is taken)."""
         if self.blown_up(record, first):
             return "diverged"
         if "suboptimality" in record and (self.tol is not None or self.tol_abs is not None):
             if record["suboptimality"] <= self.threshold(record):
                 return "converged"
-        elif self.tol is not None and "grad_norm" in record and record["grad_norm"] <= self.tol * first["grad_norm"]:
-            return "converged"
+        elif self.tol is not None and "grad_norm" in record:
+            if self.tol >= 1:
+                raise ConfigError(f"tol={self.tol:g} would stop this run at round 0, having done nothing: without a "
+                                  "reference optimum its test is grad_norm <= tol x grad_norm at round 0, which holds "
+                                  "there for any tol >= 1; set tol below 1, or measure the suboptimality, which "
+                                  "problem.optimum=auto gives where the problem can solve for it")
+            if record["grad_norm"] <= self.tol * first["grad_norm"]:
+                return "converged"
         return None
 
     def blown_up(self, record: dict, first: dict) -> bool:
