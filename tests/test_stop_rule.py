@@ -64,7 +64,6 @@ def test_tol_is_relative_to_the_optimum_and_tol_abs_is_a_floor():
     assert StopRule(tol_abs=25.0).rule({"grad_norm": 1.0}) is None          # no reference: tol_abs has nothing to test
 
 
-
 def test_tol_of_one_or_more_without_a_reference_is_refused_at_the_first_record_with_one_it_is_a_test(tmp_path):
     """tol=1 without a reference optimum stopped every run "converged (grad_norm <= 1 x grad_norm at round 0) after
     0 rounds", having done nothing: the gradient test holds at round 0 for any tol >= 1.  It is refused in one line
