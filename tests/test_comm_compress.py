@@ -276,3 +276,75 @@ def test_dane_charges_its_gradient_iterate_and_what_its_safeguard_reads():
         execute(spec, None, collect=collected)
         for key in ("uplink_bits", "downlink_bits"):
             assert [r[key] for r in collected["records"]] == [t * per_round for t in range(4)], (keys, key)
+
+
+def test_metrics_message_sends_the_read_objective_as_the_method_s_own_and_puts_the_metrics_together_again():
+    """`metrics_message`'s split, entry by entry: a round that reads the objective sends [O_i, then ``beside``]
+    counted (kind None) and the other metrics as `METRICS`; one without other metrics sends no empty tensor; a round
+    that only logs sends the metrics whole as `METRICS`; `metrics_received` gives back the metrics in their order
+    and ``beside``, also over stacked workers' rows."""
+    from dane.algorithm import metrics_message, metrics_received
+    from dane.comm.compression import METRICS as MEASURED_KIND
+
+    metrics, beside = torch.tensor([3.0, 0.5, 0.25]), torch.tensor([7.0, 8.0])
+    parts, kinds = metrics_message(metrics, reads_objective=True, beside=beside)
+    assert [p.tolist() for p in parts] == [[3.0, 7.0, 8.0], [0.5, 0.25]] and kinds == (None, MEASURED_KIND)
+    got, stats = metrics_received(parts, reads_objective=True)
+    assert got.tolist() == [3.0, 0.5, 0.25] and stats.tolist() == [7.0, 8.0]
+    parts, kinds = metrics_message(torch.tensor([3.0]), reads_objective=True)  # the objective alone: one tensor
+    assert [p.tolist() for p in parts] == [[3.0]] and kinds == (None,)
+    got, stats = metrics_received(parts, reads_objective=True)
+    assert got.tolist() == [3.0] and stats.numel() == 0
+    parts, kinds = metrics_message(metrics, reads_objective=False)
+    assert [p.tolist() for p in parts] == [[3.0, 0.5, 0.25]] and kinds == (MEASURED_KIND,)
+    got, stats = metrics_received(parts, reads_objective=False)
+    assert got.tolist() == [3.0, 0.5, 0.25] and stats.numel() == 0
+    rows = torch.tensor([[3.0, 0.5], [4.0, 0.75]])  # two stacked workers' metrics: split over the last axis
+    parts, _ = metrics_message(rows, reads_objective=True, beside=torch.tensor([[7.0], [9.0]]))
+    assert [p.tolist() for p in parts] == [[[3.0, 7.0], [4.0, 9.0]], [[0.5], [0.75]]]
+
+
+@pytest.mark.parametrize("adapt, reads", [([], False), (["momentum_restart"], True), (["tau_growth"], True)])
+def test_aide_charges_the_objective_where_a_tau_rule_reads_it(adapt, reads):
+    """AIDE's round per worker, ``comm.compress=none``, d = 30: g and the averaged iterate, 64 · 2d each way, and the
+    objective, 64, where τ's growth or the momentum restart (either alone) reads it; τ=auto's round 0 also averages
+    the column curvature D (64 d) and τ (64).  A given τ attaches neither rule: 64 · 2d from round 0."""
+    from dane.api import algorithm_config
+
+    d, read = 30, 64 * reads
+
+    def bits(**keys):
+        spec = RunSpec(problem=MEASURED, algorithm=algorithm_config("aide", local_solver="cg", **keys),
+                       comm=Communication(backend="local", workers=M, compress="none"),
+                       control=RunControl(stop=StopRule(rounds=3), quiet=True, progress="none"))
+        collected: dict = {}
+        execute(spec, None, collect=collected)
+        return [[r[key] for r in collected["records"]] for key in ("uplink_bits", "downlink_bits")]
+
+    first = 64 * (3 * d + 1) + read
+    assert bits(adapt=adapt) == [[0, first, first + 64 * 2 * d + read, first + 2 * (64 * 2 * d + read)]] * 2
+    if not adapt:
+        assert bits(tau=0.1) == [[t * 64 * 2 * d for t in range(4)]] * 2
+
+
+def test_fednl_ls_charges_the_objective_its_search_starts_from_and_each_trial():
+    """FedNL-LS's round per worker, ``comm.compress=none``, d = 30, no reference optimum: g, the packed S_i
+    (d(d+1)/2 entries) and l_i, 64 (d + d(d+1)/2 + 1), as plain FedNL's, and the objective its search starts from,
+    64, and each trial's O(x + t d), 64 a trial: t = γ^(trials − 1) at γ = 1/2.  Plain FedNL's metrics ride uncounted."""
+    from dane.api import algorithm_config
+
+    d = 30
+    message = 64 * (d + d * (d + 1) // 2 + 1)
+    for variant in ("plain", "ls"):
+        spec = RunSpec(problem=MEASURED, algorithm=algorithm_config("fednl", compressor="topk:30", variant=variant),
+                       comm=Communication(backend="local", workers=M, compress="none"),
+                       control=RunControl(stop=StopRule(rounds=3), quiet=True, progress="none"))
+        collected: dict = {}
+        execute(spec, None, collect=collected)
+        records = collected["records"]
+        for before, after in zip(records, records[1:]):
+            trials = 1 + round(math.log2(1 / before["step_size"])) if variant == "ls" else 0
+            read = 64 * (1 + trials) if variant == "ls" else 0
+            assert after["uplink_bits"] - before["uplink_bits"] == message + read, (variant, before["round"])
+        if variant == "ls":
+            assert {r["step_size"] for r in records[:-1]} == {1.0, 0.25}  # one trial, and three
