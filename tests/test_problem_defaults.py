@@ -251,3 +251,36 @@ def test_a_stacked_or_network_problem_keeps_its_notes_in_its_checkpoint_state():
     stacked.solver_notes.restore(shard.state_dict())
     again.load_state_dict(stacked.state_dict())
     assert again.solver_notes.entries == shard.solver_notes.entries
+
+
+def test_svrg_moved_reads_a_ridge_shard_s_rows_and_lists_only_the_nulls_that_changed():
+    """`svrg_moved` on a synthetic ridge shard, whose SVRG solves run on the rows it keeps beside itself
+    (`row_shard`): the null step 1/(n_i L_row + λ_rows + μ) at both weights, and passes=auto where it changed; a move
+    too small to change passes lists the step alone, no move lists none; the keys are ``algorithm.*`` for a method's
+    own solver; another solver gives none."""
+    from dane.numerics.local_solvers import svrg_moved
+    from dane.numerics.svrg import row_shard
+
+    config = RidgeSyntheticConfig(n_samples=120, dim=6, lam=0.05, local_solver="svrg", svrg_passes="auto")
+    config.prepare()
+    shard = config.build(0, 2)
+    rows = row_shard(shard)
+    assert rows is not shard and rows.n_local == 60
+
+    def step(mu):  # `svrg_step`: 1/(n_i L_row + shrink), shrink = λ_rows + μ
+        return 1 / (rows.n_local * rows.row_smoothness() + (rows.l2 + mu))
+
+    def passes(mu):
+        return svrg_resolved(rows, shard.solver, mu)["passes"]["value"]
+
+    assert passes(0.0) != passes(0.5)
+    assert svrg_moved(shard, shard.solver, 0.0, 0.5) == [
+        ("lr", "problem.svrg_lr", "svrg_step", step(0.0), step(0.5)),
+        ("passes", "problem.svrg_passes", "svrg_passes", passes(0.0), passes(0.5))]
+    assert passes(0.0) == passes(1e-9)
+    assert svrg_moved(shard, shard.solver, 0.0, 1e-9) == [("lr", "problem.svrg_lr", "svrg_step", step(0.0), step(1e-9))]
+    assert svrg_moved(shard, shard.solver, 0.5, 0.5) == []
+    own = LocalSolver("svrg", passes="auto", keys="algorithm")
+    assert [(name, key) for name, key, *_ in svrg_moved(shard, own, 0.0, 0.5)] == [("lr", "algorithm.lr"),
+                                                                                  ("passes", "algorithm.passes")]
+    assert svrg_moved(shard, LocalSolver("cg"), 0.0, 0.5) == svrg_moved(shard, None, 0.0, 0.5) == []
