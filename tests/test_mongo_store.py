@@ -849,6 +849,21 @@ def test_a_push_waits_for_a_run_reading_the_store_and_a_run_reading_while_a_push
     assert run.images(np.array([2]))[1].tolist() == [0.0]
 
 
+def test_softmax_by_id_counts_the_stored_data_sets_classes_on_a_shard_that_lacks_some(files, tmp_path):
+    """A run by id on the store (labels from the (id, y) projection, rows fetched by id) counts the data set's classes,
+    as a file source's run counts its table's: t.svm's labels are 0, 1 and 2, dealt one class a worker, and every
+    worker's softmax has 3 classes (a worker counting its own labels had 1, and the first allreduce stopped)."""
+    from dane.problems.linear_models import LinearModelConfig
+
+    push(push_args(str(files / "t.svm"), "--uri", str(tmp_path), "--collection", "t"))
+    config = LinearModelConfig(data=MongoSource(uri=str(tmp_path), collection="t", sharding="classes",
+                                                classes_per_worker=1), loss="softmax", name="softmax", seed=0)
+    assert config.by_id
+    shards = [config.build(rank, 3) for rank in range(3)]
+    assert sorted(np.unique(s.y.numpy()).size for s in shards) == [1, 1, 1]  # one label each
+    assert [s.classes for s in shards] == [3, 3, 3] and len({s.dim for s in shards}) == 1
+
+
 def test_a_runs_collection_name_is_refused_by_the_pushs_rule(files, tmp_path, capsys):
     """data.collection=a.b on an embedded store was looked up and refused with "push it first: dane data push ...
     --collection a.b", a push that push itself refuses ('.' is not allowed there).  The run now checks the name by the
