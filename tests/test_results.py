@@ -235,6 +235,13 @@ def test_read_config_is_yaml_safe_load_of_a_runs_config(tmp_path):
     assert read == yaml.safe_load(text) and read["algorithm"]["tol"] == "1e-3"  # YAML 1.1: no dot, a string
     assert math.isinf(read["algorithm"]["cap"]) and read["algorithm"]["safeguard"] is True and read["algorithm"]["tag"] == "007"
     assert results.read_config(tmp_path / "no_run") == {}
+    (tmp_path / "config.yaml").write_text("")  # empty: none, as no file (yaml.safe_load gives None)
+    assert results.read_config(tmp_path) == {}
+    (tmp_path / "config.yaml").write_text("x: !!python/tuple [1, 2]\n")  # safe: no Python object built from a tag
+    with pytest.raises(yaml.YAMLError):
+        yaml.safe_load((tmp_path / "config.yaml").read_text())
+    with pytest.raises(yaml.YAMLError):
+        results.read_config(tmp_path)
 
 
 def test_a_run_directory_names_resume_only_where_a_checkpoint_can_continue_it(tmp_path):
