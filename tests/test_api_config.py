@@ -161,3 +161,36 @@ def test_sync_sgd_built_bare_resolves_the_default_the_yaml_resolves(problem):
     named = dane.fit(problem, "sync_sgd", batch_size=10, rounds=1).summary["defaults"]
     assert bare == named and [(e["key"], e["value"], e["rule"]) for e in bare] == \
         [("algorithm.steps_per_round", 4, "sgd_steps_per_round")]   # 40 rows on one worker, batches of 10
+
+
+def test_the_recorded_stop_rule_and_cost_model_are_at_their_own_keys(problem):
+    """`dane.api.recorded_config` of a spec, directly: ``tol`` and ``tol_abs`` each at its key, ``sim.alpha`` the
+    given latency and ``sim.beta`` null where the bandwidth is the package's (as a command line that set only
+    sim.alpha records)."""
+    from dane.api import recorded_config
+    from dane.comm import AlphaBeta
+    from dane.loop.spec import Communication, RunControl, RunSpec
+    from dane.loop.stopping import StopRule
+
+    default = AlphaBeta()
+    spec = RunSpec(problem=problem, algorithm=dane.algorithm_config("gd"),
+                   comm=Communication(workers=2, cost=AlphaBeta(alpha=2 * default.alpha, beta=default.beta)),
+                   control=RunControl(stop=StopRule(rounds=5, tol=1e-6, tol_abs=1e-9), seed=4))
+    recorded = recorded_config(spec)
+    assert {key: recorded[key] for key in ("workers", "rounds", "tol", "tol_abs", "seed")} == \
+        {"workers": 2, "rounds": 5, "tol": 1e-6, "tol_abs": 1e-9, "seed": 4}
+    assert (recorded["sim"]["alpha"], recorded["sim"]["beta"]) == (2 * default.alpha, None)
+
+
+def test_a_config_value_is_the_plain_value_a_yaml_holds():
+    """`dane.api.config_value`: NumPy scalars (np.int64 is no int, np.float32 no float) as their numbers, not as an
+    array's shape; a torch dtype by its name; a path as text; a tuple as a list; a function by its dotted name."""
+    from pathlib import Path
+
+    import torch
+
+    from dane.api import config_value
+
+    got = [config_value(v) for v in (np.int64(3), np.float32(0.5), torch.float32, Path("a/b"), (1, 2), dane.fit)]
+    assert got == [3, 0.5, "float32", "a/b", [1, 2], "dane.api.fit"]
+    assert type(got[0]) is int and type(got[1]) is float
