@@ -154,6 +154,23 @@ def test_a_qid_that_is_no_integer_is_named_with_its_line(tmp_path, qid, why):
     assert LibSVMSource(str(path)).load().n == 3
 
 
+def test_a_qid_is_checked_only_where_it_is_read_and_after_the_label(tmp_path):
+    """The qid check of a line that scikit-learn could not parse applies where the run reads qid: read without it, a
+    qid:abc on line 1 is skipped and line 2's bad pair is named; read with it, a line whose label is no number is
+    named for its label, in the plain format, before its qid."""
+    fmt = "each line is '<label> <index>:<value> ...' with increasing indices; fix the line"
+    plain, both = tmp_path / "a.svm", tmp_path / "b.svm"
+    plain.write_text("1 qid:abc 1:0.5\n-1 2:x\n")
+    both.write_text("1 qid:4 1:0.5\nyes qid:abc 2:0.25\n")
+    with pytest.raises(DataError) as refused:
+        LibSVMSource(str(plain)).load()
+    assert str(refused.value) == f"{plain} line 2 is not LIBSVM ('2:x' is not index:value: '-1 2:x'); {fmt}"
+    with pytest.raises(DataError) as refused:
+        LibSVMSource(str(both), sharding="column", client_column="qid").load()
+    assert str(refused.value) == (f"{both} line 2 is not LIBSVM (the label is not a number: 'yes qid:abc 2:0.25'); "
+                                  f"{fmt}")
+
+
 def test_a_regression_target_gets_its_quantile_bins_per_client(tmp_path):
     path = csv_file(tmp_path)
     source = CSVSource(str(path), target="age", categorical=("edu",), sharding="column", client_column="country",
