@@ -348,3 +348,22 @@ def test_fednl_ls_charges_the_objective_its_search_starts_from_and_each_trial():
             assert after["uplink_bits"] - before["uplink_bits"] == message + read, (variant, before["round"])
         if variant == "ls":
             assert {r["step_size"] for r in records[:-1]} == {1.0, 0.25}  # one trial, and three
+
+
+@pytest.mark.parametrize("keys, rounds", [({"control_variate": 2, "averaging": "random"}, [3, 2, 2]),
+                                          ({"control_variate": 2}, [2, 1, 1]),
+                                          ({"control_variate": 1, "averaging": "random"}, [2, 2, 2])])
+def test_fedred_charges_its_messages_and_not_the_riding_metrics(keys, rounds):
+    """FedRed's rounds per worker, ``comm.compress=none``, d = 30, from the first record (the set-up's measurements
+    before it), in d-vectors of 64 bits: type 1 sends ∇O_i(x̃) and x_i (2d); type 2 sends x_i alone (d), and under
+    random averaging the chosen x_j beside it (2d); type 2's round 0 is type 1's h_i, then its averaging allreduce.
+    The metrics of x̃ ride uncounted, but the chosen x_j that rides after them (round 0: alone) is counted."""
+    from dane.api import algorithm_config
+
+    spec = RunSpec(problem=MEASURED, algorithm=algorithm_config("fedred", **keys),
+                   comm=Communication(backend="local", workers=M, compress="none"),
+                   control=RunControl(stop=StopRule(rounds=3), quiet=True, progress="none"))
+    collected: dict = {}
+    execute(spec, None, collect=collected)
+    up = [r["uplink_bits"] for r in collected["records"]]
+    assert [b - a for a, b in zip(up, up[1:])] == [64 * 30 * k for k in rounds]
