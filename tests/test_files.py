@@ -409,10 +409,13 @@ def test_a_path_or_arrays_save_npz_cannot_write_are_one_line(tmp_path, call, err
     assert [p.name for p in tmp_path.iterdir()] == ["d.npz"]
 
 
-@pytest.mark.parametrize("key, value", [("categorical", None), ("categorical", 3), ("drop", None)])
+@pytest.mark.parametrize("key, value", [("categorical", None), ("categorical", 3), ("drop", None),
+                                        ("drop", {"age": 1})])
 def test_csv_columns_that_are_no_names_are_one_line(key, value):
-    """CSVSource(..., categorical=None) was a TypeError ("'NoneType' object is not iterable")."""
-    with pytest.raises(ConfigError, match=f"^data.{key} must be a column name or a list of them, got {value}; give "
+    """CSVSource(..., categorical=None) was a TypeError ("'NoneType' object is not iterable"); a mapping, iterable
+    over its keys, is no list of names either."""
+    with pytest.raises(ConfigError, match=f"^data.{key} must be a column name or a list of them, got "
+                                          f"{re.escape(repr(value))}; give "
                                           r"\[\] for none$"):
         CSVSource("x.csv", target="y", **{key: value})
 
