@@ -367,3 +367,22 @@ def test_fedred_charges_its_messages_and_not_the_riding_metrics(keys, rounds):
     execute(spec, None, collect=collected)
     up = [r["uplink_bits"] for r in collected["records"]]
     assert [b - a for a, b in zip(up, up[1:])] == [64 * 30 * k for k in rounds]
+
+
+@pytest.mark.parametrize("name, keys, per_round", [("admm", {"rho": 0.1}, 64 * (30 + 1)),
+                                                   ("local_sgd", {}, 64 * 30),
+                                                   ("local_sgd", {"aggregate": "weighted"}, 64 * 30)])
+def test_admm_and_local_sgd_charge_their_average_and_not_the_riding_metrics(name, keys, per_round):
+    """A round per worker, ``comm.compress=none``, d = 30, each way: ADMM's x_i + u_i and the primal residual's
+    ‖x_i − z‖² it reads for ρ (64 (d + 1)); local SGD's w_i, or n_i w_i under the weighted mean (64 d); the metrics
+    (and the gradient for grad_norm without an optimum) ride uncounted."""
+    from dane.api import algorithm_config
+
+    spec = RunSpec(problem=MEASURED, algorithm=algorithm_config(name, **keys),
+                   comm=Communication(backend="local", workers=M, compress="none"),
+                   control=RunControl(stop=StopRule(rounds=3), quiet=True, progress="none"))
+    collected: dict = {}
+    execute(spec, None, collect=collected)
+    for key in ("uplink_bits", "downlink_bits"):
+        bits = [r[key] for r in collected["records"]]
+        assert [b - a for a, b in zip(bits, bits[1:])] == [per_round] * 3, key
