@@ -328,15 +328,18 @@ def test_aide_charges_the_objective_where_a_tau_rule_reads_it(adapt, reads):
 
 
 def test_fednl_ls_charges_the_objective_its_search_starts_from_and_each_trial():
-    """FedNL-LS's round per worker, ``comm.compress=none``, d = 30, no reference optimum: g, the packed S_i
+    """FedNL-LS's round per worker, ``comm.compress=none``, d = 30, without a reference optimum: g, the packed S_i
     (d(d+1)/2 entries) and l_i, 64 (d + d(d+1)/2 + 1), as plain FedNL's, and the objective its search starts from,
-    64, and each trial's O(x + t d), 64 a trial: t = γ^(trials − 1) at γ = 1/2.  Plain FedNL's metrics ride uncounted."""
+    64, and each trial's O(x + t d), 64 a trial: t = γ^(trials − 1) at γ = 1/2.  Plain FedNL's metrics ride uncounted,
+    as FedNL-PP's do beside its S_i, l_i and g_i changes (the same sizes, every worker's dense message)."""
     from dane.api import algorithm_config
 
     d = 30
     message = 64 * (d + d * (d + 1) // 2 + 1)
-    for variant in ("plain", "ls"):
-        spec = RunSpec(problem=MEASURED, algorithm=algorithm_config("fednl", compressor="topk:30", variant=variant),
+    # PP: the changes of H_i, l_i and g_i, with a reference optimum (two metrics, no gradient for grad_norm)
+    for variant, keys, optimum in (("plain", {}, "none"), ("ls", {}, "none"), ("pp", {"clients_per_round": 2}, "auto")):
+        spec = RunSpec(problem=replace(MEASURED, optimum=optimum),
+                       algorithm=algorithm_config("fednl", compressor="topk:30", variant=variant, **keys),
                        comm=Communication(backend="local", workers=M, compress="none"),
                        control=RunControl(stop=StopRule(rounds=3), quiet=True, progress="none"))
         collected: dict = {}
