@@ -121,23 +121,25 @@ def test_make_figures_jobs_compose_into_runs_of_the_figure(monkeypatch):
 
 
 def test_the_table_gives_each_count_per_client_from_the_last_record_in_its_column(tmp_path):
-    """`table` on two canned runs of 4 workers, each count a different number so that a column swapped or a record
-    other than the last shows: FedNL's exact clients_*_bits over m, the local work summed over the workers over m;
-    a run whose records count no downlink and predate the second-order counts gets — there."""
+    """`table` of two canned runs of 4 workers (their `run_curve`s), each count a different number so that a column
+    swapped or a record other than the last shows: FedNL's exact clients_*_bits over m, the local work summed over
+    the workers over m; a run whose records count no downlink and predate the second-order counts gets — there."""
+    from dane.paper_figs.common import run_curve
     from dane.paper_figs.fednl_bits import table
 
-    last = {"round": 2, "objective": 1.0, "clients_uplink_bits": 4000, "clients_downlink_bits": 2000,
-            "local_passes": 12, "local_hvps": 40, "local_hessians": 8, "local_factorizations": 4}
-    first = {**{key: 0 for key in last}, "round": 0, "objective": 2.0}
-    old = {"round": 2, "objective": 1.0, "uplink_bits": 640, "local_passes": 6}
-    runs = []
-    for name, records in (("new", [first, last]), ("old", [{**old, "round": 0, "uplink_bits": 0}, old])):
+    last = {"round": 2, "objective": 1.5, "suboptimality": 0.5, "clients_uplink_bits": 4000,
+            "clients_downlink_bits": 2000, "local_passes": 12, "local_hvps": 40, "local_hessians": 8,
+            "local_factorizations": 4}
+    first = {**{key: 0 for key in last}, "round": 0, "objective": 2.0, "suboptimality": 1.0}
+    old = {"round": 2, "objective": 1.25, "suboptimality": 0.25, "uplink_bits": 640, "local_passes": 6}
+    curves = []
+    for name, records in (("FedNL (topk:5)", [first, last]),
+                          ("GD", [{**old, "round": 0, "objective": 2.0, "suboptimality": 1.0, "uplink_bits": 0},
+                                  old])):
         (tmp_path / name).mkdir()
         (tmp_path / name / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         (tmp_path / name / "summary.json").write_text(json.dumps({"workers": 4}))
-        runs.append(tmp_path / name)
-    curves = [{"label": "FedNL (topk:5)", "rounds": [0, 2], "bits": [0, 1000.0], "relative": [1.0, 0.5]},
-              {"label": "GD", "rounds": [0, 2], "bits": [0, 640.0], "relative": [1.0, 0.25]}]
-    rows = [line for line in table(curves, runs).splitlines() if line.startswith(("| FedNL", "| GD"))]
+        curves.append(run_curve(tmp_path / name, name))
+    rows = [line for line in table(curves).splitlines() if line.startswith(("| FedNL", "| GD"))]
     assert rows == ["| FedNL (topk:5) | 2 | 1000 | 500 | 3 | 10 | 2 | 1 | 0.5 |",
                     "| GD | 2 | 640 | — | 1.5 | — | — | — | 0.25 |"]
