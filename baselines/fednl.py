@@ -93,7 +93,7 @@ import numpy as np
 import torch
 
 from dane import checks
-from dane.algorithm import AlgorithmConfig, Column
+from dane.algorithm import AlgorithmConfig, Column, metrics_message, metrics_received
 from dane.comm import Communicator
 from dane.comm.batched import BatchedCommunicator, BatchedGroup, stacked
 from dane.compress import Compressor, RandK, TopK, make
@@ -312,10 +312,14 @@ class FedNL(ClientBits, Federated):
         members = self.sampler.draw_all()
         grads, S, l_i = self.client.round(x, self.rounds)                              # client: ∇O_i, α S_i
         now = time.perf_counter()
-        payload = self.payload(self.w)
+        metrics, *grad = self.payload(self.w)
         now = self.client.clock("oracles", now)
         sent = [self.own(grads), self.packed(S), self.own(l_i[:, None])]
-        (g, S_mean, l), reduced = sampled_mean(self.comm, members, sent, payload, ride_kinds=self.ride_kinds())
+        reads = self.variant == "ls"  # FedNL-LS's search starts from O(x_k): that value is its message (counted)
+        parts, kinds = metrics_message(metrics, reads_objective=reads)
+        (g, S_mean, l), means = sampled_mean(self.comm, members, sent, [*parts, *grad],
+                                             ride_kinds=(*kinds, *self.ride_kinds()[1:]))
+        reduced = [metrics_received(means[:len(parts)], reads_objective=reads)[0], *means[len(parts):]]
         now = self.client.clock("update", now)
         g = g.numpy()
         direction = newton_direction(self.H, g, float(l), option=self.option, mu=self.mu,  # server, with H_k
@@ -358,12 +362,6 @@ class FedNL(ClientBits, Federated):
         self.count(len(members), uplink_bits(self.compressor, self.d, variant="pp", option=2), down=self.d)
         return {**self.record(reduced, members), "step_size": 1.0, "clients_uplink_bits": self.uplink_bits}
 
-
-    def ride_kinds(self) -> tuple[str | None, ...]:
-        """FedNL-LS's search starts from O(x_k), read from the metrics that ride: that tensor is its message (counted,
-        as its own count holds 64 bits for f_i(x_k)); the rest is the run's measurement (`Federated.ride_kinds`)."""
-        kinds = super().ride_kinds()
-        return (None, *kinds[1:]) if self.variant == "ls" else kinds
 
     def global_objective(self, x: np.ndarray) -> float:
         """O(x): one allreduce of the clients' O_i(x) (FedNL-LS's trials)."""

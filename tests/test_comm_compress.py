@@ -228,11 +228,13 @@ MEASURED = LinearModelConfig(data=DataConfig(dataset="breast_cancer"), loss="log
 #: every method whose round allreduces the logged metrics, by `fit`'s ``compress=none`` counter: GD's and DiSCO's
 #: gradient, local SGD's, one-shot averaging's and ADMM's metrics (and the gradient for grad_norm without an
 #: optimum) only logged; DANE's safeguard, GIANT's line search and AIDE's τ rules read the objective (counted) and
-#: not the suboptimality; the federated line's and FedNL's metrics ride the sampled allreduce
+#: not the suboptimality (FedNL-LS's search too: with a reference it was charged the suboptimality beside it); the
+#: federated line's and FedNL's metrics ride the sampled allreduce
 MEASURING = {"gd": {"lr": 0.2}, "disco": {}, "local_sgd": {}, "osa": {}, "admm": {},
              "sync_sgd": {"batch_size": 50, "steps_per_round": 1}, "dane": {},
              "dane_paper": {"safeguard": False, "mu": 0.1}, "giant": {}, "aide": {"local_solver": "cg"},
-             "fedprox": {}, "scaffold": {}, "sdane": {}, "fednl": {"compressor": "topk:30"}}
+             "fedprox": {}, "scaffold": {}, "sdane": {}, "fednl": {"compressor": "topk:30"},
+             "fednl_ls": {"compressor": "topk:30", "variant": "ls"}}
 
 
 @pytest.mark.parametrize("name", MEASURING)
@@ -243,7 +245,7 @@ def test_a_reference_optimum_changes_no_method_bits_and_adds_its_bytes(name):
     grad_norm).  Before, each logged metric added 64 bits each way a round."""
     from dane.api import algorithm_config
 
-    config = algorithm_config(name.removesuffix("_paper"), **MEASURING[name])
+    config = algorithm_config(name.removesuffix("_paper").removesuffix("_ls"), **MEASURING[name])
 
     def records(optimum):
         spec = RunSpec(problem=replace(MEASURED, optimum=optimum), algorithm=config,
