@@ -65,7 +65,7 @@ def composed_job(job: Job) -> dict:
     is_group = lambda o: (CONF_DIR / o.split("=", 1)[0]).is_dir()  # noqa: E731
     groups = tuple(o for o in job if is_group(o))
     cfg = _compose_groups(groups).copy()
-    for override in _parser().parse_overrides([o for o in job if not is_group(o)]):
+    for override in [_override(o) for o in job if not is_group(o)]:
         key = override.key_or_group
         if override.is_add() or override.is_delete() or override.is_sweep_override() or \
                 OmegaConf.select(cfg, key, default=_MISSING) is _MISSING:
@@ -82,6 +82,13 @@ def _parser():
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     return OverridesParser.create()
+
+
+@lru_cache(maxsize=4096)
+def _override(text: str):
+    """One plain override as Hydra's grammar parses it, once a process: a grid's jobs repeat theirs."""
+    (override,) = _parser().parse_overrides([text])
+    return override
 
 
 @lru_cache(maxsize=64)
