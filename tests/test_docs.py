@@ -79,8 +79,8 @@ def test_python_blocks_run(name, scratch):
             exec(compile(block, str(DOCS / name), "exec"), scope)  # noqa: S102 - the page's own example
         if (name, k) == ("python_api.md", 0):
             lines = dict(line.split(" ", 1) for line in out.getvalue().splitlines())
-            assert set(lines) == {"dane", "giant", "disco", "admm"}
-            for method in ("giant", "disco"):  # they reach the example's tol=1e-10 within its 40 rounds (34, 11)
+            assert set(lines) == {"dane", "giant", "disco"}
+            for method in lines:  # they reach the example's tol=1e-10 within its 100 rounds
                 status, _, _, subopt = lines[method].split()
                 assert status == "converged" and float(subopt) <= 1e-10
             assert scope["w"].shape == (31,) and len(scope["columns"]["round"]) == len(scope["result"].records)
