@@ -726,6 +726,24 @@ def nul_filled_log(tmp: Path):
     yield
 
 
+@contextmanager
+def silent_wait(tmp: Path):
+    """A rank other than 0 that refuses waits `experiments.train.SILENT_EXIT_DELAY_S` before its silent exit, for its
+    launcher to stop it once rank 0 has spoken; no launcher stops a row of the batch, so there the wait returns at
+    once and the seconds each row asked for are noted in ``{tmp}/silent_waits``, a line a row
+    (`test_a_silent_rank_asks_for_the_launchers_wait`)."""
+    import time
+
+    sleep, asked = time.sleep, []
+    time.sleep = asked.append
+    try:
+        yield
+    finally:
+        time.sleep = sleep
+        with open(tmp / "silent_waits", "a") as waits:
+            waits.write(json.dumps(asked) + "\n")
+
+
 def run_in_batch(module: str, *args: str) -> None:
     """``python -m module args`` in the batch process, which must succeed."""
     import runpy
@@ -748,8 +766,9 @@ def argv(row: Case, tmp) -> list[str]:
 def register(row: Case) -> str:
     """``row`` as a row of the session's batch process (tests/runs.py), named ``bad_input:<name>``."""
     folder = "{tmp}/" + FOLDER
+    around = row.around or ("silent_wait" if row.lines == 0 else "")  # a silent rank's wait, noted, not slept
     return runs.command(f"bad_input:{row.name}", *argv(row, folder), module=row.module, env=row.env, cwd=folder,
-                        around=f"test_bad_input:{row.around}" if row.around else "", watch=str(out_dir(row, folder)))
+                        around=f"test_bad_input:{around}" if around else "", watch=str(out_dir(row, folder)))
 
 
 def own_process(tmp: Path, names: list[str]) -> dict:
@@ -806,6 +825,17 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(row, commands):
         pytest.skip("root, and setpriv cannot drop CAP_DAC_OVERRIDE here: file permissions do not bind")
     result = commands[register(row)]
     assert_refused(row, commands.tmp / FOLDER, result["rc"], result["stderr"], result["existed"], result["unchanged"])
+
+
+def test_a_silent_rank_asks_for_the_launchers_wait(commands):
+    """Each row of a rank other than 0 (``lines=0``) ended silently after asking for one wait of
+    `experiments.train.SILENT_EXIT_DELAY_S`, no other (`silent_wait`)."""
+    from experiments.train import SILENT_EXIT_DELAY_S
+
+    silent = [row for row in CASES if row.lines == 0]
+    assert len(silent) == 3 and all(commands[register(row)]["rc"] == 2 for row in silent)
+    waits = [json.loads(line) for line in (commands.tmp / "silent_waits").read_text().splitlines()]
+    assert waits == [[SILENT_EXIT_DELAY_S]] * len(silent)
 
 
 @pytest.mark.parametrize("name", OWN_PROCESS)
