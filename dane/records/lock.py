@@ -85,7 +85,8 @@ def flocked(folder: Path, *, exclusive: bool, busy: Callable[[], None]) -> Itera
     needs no write access), shared or ``exclusive``: readers together, a writer alone.  Where another descriptor holds
     it the other way, ``busy()`` is called first (it raises to refuse instead of waiting), then it waits.  A folder
     that cannot be opened, or a file system without ``flock``, runs the block unheld (`take_lock` still keeps writers
-    apart)."""
+    apart).  On NFS a folder's ``flock`` is held on this machine alone (Linux's NFS client has no directory locks and
+    keeps them local): a process on another machine neither sees nor waits for it."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
