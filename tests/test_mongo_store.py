@@ -390,7 +390,6 @@ def test_server_path_without_a_server(files, tmp_path):
     assert os.path.isdir(tmp_path / "dane.t")  # mongita's folder for the collection: on disk, not in memory
 
 
-
 def test_pymongos_words_are_quoted_whole_or_cut_at_a_word():
     """A bad URI's line cut PyMongo's hint mid-name ("use urllib.parse.)", at 120 characters), an unanswered server's
     mid-word ("connectTimeoutMS: 20000.0ms, connec)", at 100): the URI's (one sentence) is now quoted whole, the
@@ -418,6 +417,7 @@ def test_pymongos_words_are_quoted_whole_or_cut_at_a_word():
         "data.uri=mongodb://127.0.0.1:1/dane: no MongoDB server answers (ServerSelectionTimeoutError: 127.0.0.1:1: "
         "[Errno 111] Connection refused (configured timeouts: socketTimeoutMS: 20000.0ms, ...); start it, or check "
         "the host and port")
+
 
 def image_spec(files: Path, uri: Path, *overrides: str):
     """The run spec of a network on the pushed image folder ``files/img`` (5 images, 2 labels)."""

@@ -90,6 +90,7 @@ def test_tol_of_one_or_more_without_a_reference_is_refused_at_the_first_record_w
     assert str(refused.value) == line
     assert not (tmp_path / "run" / "rounds.jsonl").exists() and not (tmp_path / "run" / "summary.json").exists()
 
+
 def test_relative_tol_stops_in_the_same_round_when_the_targets_are_scaled():
     """O* scales with y², so an absolute tol moved with the units; the relative one does not."""
     rng = np.random.default_rng(0)
