@@ -830,7 +830,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(row, commands):
 def test_a_silent_rank_asks_for_the_launchers_wait(commands):
     """Each row of a rank other than 0 (``lines=0``) ended silently after asking for one wait of
     `experiments.train.SILENT_EXIT_DELAY_S`, no other (`silent_wait`)."""
-    from experiments.train import SILENT_EXIT_DELAY_S
+    from dane.experiments.train import SILENT_EXIT_DELAY_S
 
     silent = [row for row in CASES if row.lines == 0]
     assert len(silent) == 3 and all(commands[register(row)]["rc"] == 2 for row in silent)
