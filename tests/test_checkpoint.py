@@ -22,7 +22,8 @@ import torch
 
 from dane.loop import kinds
 from dane.loop.faults import SimulatedFault
-from dane.loop.checkpoint import checkpoint_path, committed, config_differences, load_checkpoint, truncate_rounds
+from dane.loop.checkpoint import (DAMAGED_FIX, checkpoint_path, committed, config_differences, load_checkpoint,
+                                  truncate_rounds)
 from dane.comm import AlphaBeta
 from dane.comm.meters import StartUpLeftOut
 from dane.errors import ConfigError, OutputError
@@ -207,8 +208,7 @@ def test_a_part_damaged_inside_is_one_line_before_anything_changes(tmp_path, dam
     before = snapshot(run_dir)
     with pytest.raises(ConfigError) as err:
         run_spec(composed(*SMALL_RIDGE, "rounds=6", f"out_dir={run_dir}", "resume=auto"))
-    assert str(err.value) == (f"checkpoint file {part} is damaged ({entry.filename} {what}); remove the checkpoint/ "
-                              "folder and start again")
+    assert str(err.value) == f"checkpoint file {part} is damaged ({entry.filename} {what}); {DAMAGED_FIX}"
     assert snapshot(run_dir) == before
 
 
@@ -246,8 +246,21 @@ def test_an_unloadable_part_or_a_part_of_another_round_names_the_file(tmp_path, 
     with pytest.raises(ConfigError, match=r"rank1.pt is not round 3's part"):
         load_checkpoint(run_dir, 1, meta)
     (run_dir / "checkpoint" / "COMMITTED").write_text("{\"round\": 3")
-    with pytest.raises(ConfigError, match=r"COMMITTED is not a checkpoint commit marker"):
+    with pytest.raises(ConfigError) as err:
         run_spec(composed(*SMALL_RIDGE, "rounds=6", f"resume={run_dir}"))
+    assert str(err.value) == (f"{run_dir / 'checkpoint' / 'COMMITTED'} is not a checkpoint commit marker (damaged); "
+                              f"{DAMAGED_FIX}")
+    # the fix it names runs: overwrite=true replaces the run, its damaged marker too (before, the occupied folder's
+    # refusal read the marker and said this line again); without it the folder is refused as occupied, untouched
+    before = snapshot(run_dir)
+    with pytest.raises(ConfigError, match=r"already holds a run \(rounds.jsonl, summary.json\); choose a new out_dir, or "
+                                             r"replace it with overwrite=true"):
+        execute_with(run_dir, *SMALL_RIDGE, "rounds=6", "checkpoint_every=3")
+    assert snapshot(run_dir) == before
+    execute_with(run_dir, *SMALL_RIDGE, "rounds=6", "checkpoint_every=3", "overwrite=true")
+    whole = ran(tmp_path / "whole", *SMALL_RIDGE, "rounds=6", "checkpoint_every=3")
+    assert without_time(read_rounds(run_dir)) == without_time(read_rounds(whole))
+    assert committed(run_dir)["round"] == 6
 
 
 def test_a_torn_last_record_is_dropped_and_a_damaged_one_refused(tmp_path, ran):

@@ -49,6 +49,10 @@ from ..records.results import ROUNDS_FILE, TEMPORARY, atomic_write, read_summary
 CHECKPOINT_DIR = "checkpoint"
 COMMITTED = "COMMITTED"
 
+#: the fix named where a run cannot be resumed (its checkpoint damaged or inconsistent, records it needs damaged):
+#: a start keeps an unfinished run's records (`dane.loop.resume`) unless told to replace them
+DAMAGED_FIX = "start again (no resume=) with overwrite=true or a new out_dir"
+
 #: config keys a resumed run may change: how long it runs and what it shows or writes, not what it computes.
 #: ``save_iterate`` only adds an output file, ``similarity`` a summary entry; ``sim.fail_at`` injects the faults that the resume recovers from.
 #: ``sim.batched`` only chooses the simulator's path, and `check_path` compares the path taken with the checkpoint's
@@ -106,8 +110,7 @@ def committed(run_dir: str | Path) -> dict | None:
         marker = json.loads(path.read_text())
         int(marker["round"]), int(marker["workers"])
     except (OSError, ValueError, KeyError, TypeError):
-        raise ConfigError(f"{path} is not a checkpoint commit marker (damaged); "
-                          "remove the checkpoint/ folder and start the run again") from None
+        raise ConfigError(f"{path} is not a checkpoint commit marker (damaged); {DAMAGED_FIX}") from None
     return marker
 
 
@@ -125,8 +128,12 @@ def finished(run_dir: str | Path) -> dict | None:
 
 def resume_offer(run_dir: str | Path) -> str:
     """The clause an occupied run directory's refusal offers for continuing it with ``resume=auto`` (`finished`):
-    where a committed checkpoint can go on, or a run that stopped at its round cap can be extended; else none."""
-    if committed(run_dir) is None:
+    where a committed checkpoint can go on, or a run that stopped at its round cap can be extended; else none (a
+    damaged commit marker offers none: overwrite=true, which `DAMAGED_FIX` names, replaces it)."""
+    try:
+        if committed(run_dir) is None:
+            return ""
+    except ConfigError:
         return ""
     summary = finished(run_dir)
     if summary is None:
@@ -239,7 +246,7 @@ def check_resume(run_dir: str | Path, workers: int, rounds: int, config_text: st
         what = f"lacks {', '.join(missing)}" if missing else f"has parts of other ranks ({', '.join(extra)})"
         whose = " (batched: one part holds every worker)" if marker.get("batched") else ""
         raise ConfigError(f"resume={run_dir}: the committed checkpoint {folder} {what} for workers={size}{whose}; "
-                          "the checkpoint is inconsistent, remove the checkpoint/ folder and start again")
+                          f"the checkpoint is inconsistent; {DAMAGED_FIX}")
     for r in parts(marker):
         _check_file(checkpoint_path(run_dir, r, k))
     if k > rounds:
@@ -278,11 +285,9 @@ def _check_file(path: Path) -> None:
         empty = stat.st_size == 0
         damage = None if empty else _damage(path, stat.st_size, stat.st_mtime_ns, stat.st_ino)
     except OSError as err:
-        raise ConfigError(f"checkpoint file {path} cannot be read ({err.strerror}); remove the checkpoint/ folder "
-                          "and start again") from None
+        raise ConfigError(f"checkpoint file {path} cannot be read ({err.strerror}); {DAMAGED_FIX}") from None
     if empty or damage:
-        raise ConfigError(f"checkpoint file {path} is {'empty' if empty else damage}; remove the checkpoint/ folder "
-                          "and start again")
+        raise ConfigError(f"checkpoint file {path} is {'empty' if empty else damage}; {DAMAGED_FIX}")
 
 
 @functools.cache
@@ -353,10 +358,10 @@ def load_checkpoint(run_dir: str | Path, rank: int, meta: dict) -> dict:
                           f"({meta['workers']})?") from None
     except Exception as err:  # noqa: BLE001 - torch.load raises many kinds on a damaged file
         raise ConfigError(f"checkpoint file {path} cannot be loaded ({type(err).__name__}: "
-                          f"{brief(err, 100)}); remove the checkpoint/ folder and start again") from None
+                          f"{brief(err, 100)}); {DAMAGED_FIX}") from None
     if not isinstance(state, dict) or state.get("round") != marker["round"] or "meta" not in state:
         raise ConfigError(f"checkpoint file {path} is not round {marker['round']}'s part; "
-                          "the checkpoint is inconsistent, remove the checkpoint/ folder and start again")
+                          f"the checkpoint is inconsistent; {DAMAGED_FIX}")
     for key, value in meta.items():
         if state["meta"].get(key) != value:
             raise ConfigError(f"resume={run_dir} was a run with {key}={state['meta'].get(key)}, "
@@ -407,7 +412,7 @@ def kept_rounds(path: Path, next_round: int) -> tuple[list[str], int]:
             if i == len(lines) - 1:
                 break  # torn by a crash mid-write: dropped if the rounds before the checkpoint are all there
             raise ConfigError(f"{path} line {i + 1} is not a round record ({_describe(line)}); repair or remove "
-                              "the line to resume, or start again (no resume=) with overwrite=true or a new out_dir")
+                              f"the line to resume, or {DAMAGED_FIX}")
         if record["round"] < next_round:
             kept.append(line)
         else:
@@ -419,8 +424,7 @@ def kept_rounds(path: Path, next_round: int) -> tuple[list[str], int]:
                  else f"lacks round{'s' if len(missing) > 1 else ''} {_span(missing)}" if missing
                  else "holds rounds repeated or out of order")
         raise ConfigError(f"{path} {where}, and the checkpoint at round {next_round} needs the records of rounds "
-                          f"0-{next_round - 1}; restore the file to resume, or start again (no resume=) with "
-                          "overwrite=true or a new out_dir")
+                          f"0-{next_round - 1}; restore the file to resume, or {DAMAGED_FIX}")
     return kept, dropped
 
 
