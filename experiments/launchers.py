@@ -161,11 +161,16 @@ class ProcessLauncher(Launcher):
 
         The launch command reaches the run's provenance through `LAUNCH_COMMAND_ENV`.  On a
         timeout or an interrupt the launch is stopped (`_stop`): the launcher first, which stops its workers, then
-        whatever is left of its process group.
+        whatever is left of its process group.  A SIGTERM to the sweep (a ``kill``, a scheduler's time limit) is such
+        an interrupt (`dane.loop.faults.sigterm_as_ctrl_c`): by default it ended this process alone, and the launch,
+        in a session of its own, ran on holding the job's folder.  The sweep then ends with one line and status 143.
         """
+        from dane.loop.faults import interrupted_by, sigterm_as_ctrl_c  # import torch: not at the top
+        from dane.loop.kinds import interrupted
+
         tail: collections.deque[str] = collections.deque(maxlen=200)
         logged.parent.mkdir(parents=True, exist_ok=True)
-        with open(logged, "w") as logfile:
+        with open(logged, "w") as logfile, sigterm_as_ctrl_c():
             logfile.write(" ".join(cmd) + "\n")
             try:
                 proc = subprocess.Popen(cmd, env=launch_env({**(env or {}), LAUNCH_COMMAND_ENV: json.dumps(cmd)}),
@@ -197,6 +202,8 @@ class ProcessLauncher(Launcher):
                 drain.start()
                 _stop(proc)
                 drain.join(timeout=1.0)
+                if interrupted_by()[0] != "interrupted":  # a SIGTERM: its own line and status (a Ctrl-C: the cli's)
+                    raise interrupted(f"interrupted; the running job's launch was stopped, its output is in {logged}")
                 raise
             finally:
                 if timer is not None:

@@ -493,11 +493,13 @@ def processes_naming(text: str) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["torchrun", "horovod"])
-def test_an_interrupted_launched_sweep_leaves_no_worker_and_its_rerun_continues(launcher, tmp_path):
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_launched_sweep_leaves_no_worker_and_its_rerun_continues(launcher, signame, tmp_path):
     """Ctrl-C on a sweep while a launched job runs: the sweep exits 130, and no worker of the job is left (torchrun's
     agent starts its workers in sessions of their own: a SIGKILLed torchrun left them running to the end, holding the
     job's folder, so that the rerun was refused as in use by another run); the same sweep again with resume=auto
-    continues the job from its checkpoint."""
+    continues the job from its checkpoint.  A SIGTERM to the sweep (a kill, a scheduler's time limit) does the same,
+    with its own line and status 143 (before, it ended the sweep alone and the launch ran on)."""
     import signal
 
     LAUNCHERS[launcher][2]()  # skips when the launcher is not installed
@@ -513,13 +515,17 @@ def test_an_interrupted_launched_sweep_leaves_no_worker_and_its_rerun_continues(
         while not (out / "0" / "checkpoint" / "COMMITTED").exists() and proc.poll() is None:
             assert time.monotonic() < deadline, "no checkpoint after 300 s"
             time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(getattr(signal, signame))
         said, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, said[-3000:]
-    assert said.splitlines()[-1] == "dane train: interrupted", said[-3000:]
+    job = next((tmp_path / "sweep").glob("0_*"))
+    assert proc.returncode == {"SIGINT": 130, "SIGTERM": 143}[signame], said[-3000:]
+    assert said.splitlines()[-1] == {
+        "SIGINT": "dane train: interrupted",
+        "SIGTERM": f"interrupted by SIGTERM; the running job's launch was stopped, its output is in {job}/launch.log",
+    }[signame], said[-3000:]
     deadline = time.monotonic() + 30  # a worker stopped by its launcher says its line and exits
     while processes_naming(str(out)) and time.monotonic() < deadline:
         time.sleep(0.2)
