@@ -116,13 +116,16 @@ def test_retiming_swaps_the_allreduce_model_exactly(digits_results):
     dim = build(composed(*accuracy_table.job(DIGITS, 4), name="simulate"), "problem").build(0, 4).dim
     bytes_total = records[-1]["bytes_sent"] + 2 * 3 * 4 * (dim + 3) // 4
     calls = records[-1]["comm_rounds"] + 1
-    assert summary["simulated_comm_s"] == pytest.approx(bytes_total / 4.0e8 + calls * 6 * 5.5e-4, rel=1e-9)
-    assert common.retime(records, summary, AlphaBeta(5.5e-4, 4.0e8)) == records
+    # the model the run was timed with, as its summary records it: the package's defaults, or the α-β of a
+    # results/calibration.json that `dane calibrate` wrote into the checkout (a run reads it where it exists)
+    alpha, beta = summary["alpha"], summary["beta"]
+    assert summary["simulated_comm_s"] == pytest.approx(bytes_total / beta + calls * 6 * alpha, rel=1e-9)
+    assert common.retime(records, summary, AlphaBeta(alpha, beta)) == records
     slow = common.retime(records, summary, AlphaBeta(1e-2, 1e6))
-    back = common.retime(slow, {**summary, "alpha": 1e-2, "beta": 1e6}, AlphaBeta(5.5e-4, 4.0e8))
+    back = common.retime(slow, {**summary, "alpha": 1e-2, "beta": 1e6}, AlphaBeta(alpha, beta))
     assert [r["time_s"] for r in back] == pytest.approx([r["time_s"] for r in records], rel=1e-12)
     for r, s in zip(records, slow):
-        extra = r["bytes_sent"] * (1 / 1e6 - 1 / 4.0e8) + r["comm_rounds"] * 6 * (1e-2 - 5.5e-4)
+        extra = r["bytes_sent"] * (1 / 1e6 - 1 / beta) + r["comm_rounds"] * 6 * (1e-2 - alpha)
         assert s["time_s"] == pytest.approx(r["time_s"] + extra, rel=1e-12)
 
 
