@@ -419,9 +419,10 @@ def cubic_constant(third: float, mean_row_cubes: float) -> float:
 
 def nl1_step(k: int, rows: int) -> float:
     """NL1's coefficient step η_i = 1/(ω + 1) = K/n_i for RandK on a client's n_i coefficients (ω = n_i/K − 1), the
-    largest NL1's theory takes for an unbiased compressor; at it a kept coefficient becomes α_j(x_k) exactly.  Source:
-    Islamov, Qian & Richtárik 2021 (NL1, η ≤ 1/(ω + 1)), and FedNL-Public's ``NL1`` (``eta = k/m``)."""
-    return k / rows
+    largest NL1's theory takes for an unbiased compressor; at it a kept coefficient becomes α_j(x_k) exactly.  A K
+    above n_i keeps all n_i (ω = 0, η_i = 1), as the round draws them.  Source: Islamov, Qian & Richtárik 2021 (NL1,
+    η ≤ 1/(ω + 1)), and FedNL-Public's ``NL1`` (``eta = k/m``)."""
+    return min(k, rows) / rows
 
 
 # --------------------------------------------------------------------- the Newton-type family, ADMM, GD and SGD

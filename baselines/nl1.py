@@ -68,7 +68,7 @@ class NL1(ClientBits, Federated):
         self.ids = np.arange(self.rows.stacked_workers) if stacked(comm) else np.array([comm.rank])
         self.d, self.k, self.seed, self.draws = self.rows.dim, k, seed, 0
         sizes = np.diff(self.rows.start)
-        self.eta = np.array([nl1_step(min(k, n), n) if eta is None else eta for n in sizes])
+        self.eta = np.array([nl1_step(k, n) if eta is None else eta for n in sizes])
         self.given_eta = eta
         self.h = self.rows.rows_at(self.w.numpy(), curvature=True).curv.copy()     # h_i⁰ = α_i(x⁰)
         first = [self.coefficient_matrix(c, np.arange(n), self.h[self.rows.start[c]:self.rows.start[c + 1]])
@@ -161,8 +161,7 @@ class NL1Config(AlgorithmConfig, SamplingKeys):
         if self.eta is None:
             sizes = np.diff(client_rows(problem, comm, self.name).start)
             rows = sorted({int(n) for n in sizes})
-            resolution.add("eta", nl1_step(min(self.k, int(sizes[0])), int(sizes[0])), "nl1_step", k=self.k,
-                           worker=comm.rank, clients=len(sizes), rows=rows,
-                           etas=[nl1_step(min(self.k, n), n) for n in rows])
+            resolution.add("eta", nl1_step(self.k, int(sizes[0])), "nl1_step", k=self.k, worker=comm.rank,
+                           clients=len(sizes), rows=rows, etas=[nl1_step(self.k, n) for n in rows])
         return NL1(problem, comm, k=self.k, eta=self.eta, sampling=self, seed=self.seed,
                    defaults=resolution.entries)

@@ -152,6 +152,8 @@ ROWS = [
     (d.fednl_option, ("plain",), {}, 2),
     (d.sgd_steps_per_round, (250.5, 50), {}, 5),                         # 250.5 // 50
     (d.sgd_steps_per_round, (20.0, 50), {}, 1),                          # less than a batch: one step
+    (d.nl1_step, (4, 40), {}, 0.1),                                      # K/n_i
+    (d.nl1_step, (4, 3), {}, 1.0),                                       # K above n_i keeps all n_i
 ]
 
 
