@@ -237,25 +237,27 @@ MEASURING = {"gd": {"lr": 0.2}, "disco": {}, "local_sgd": {}, "osa": {}, "admm":
              "fednl_ls": {"compressor": "topk:30", "variant": "ls"}}
 
 
+def measured_records(name: str, optimum: str = "none", **keys) -> list[dict]:
+    """3 rounds of algorithm ``name`` at ``keys`` on `MEASURED` (``problem.optimum=optimum``), M simulated workers with
+    ``comm.compress=none``'s bit counters: the records."""
+    from dane.api import algorithm_config
+
+    spec = RunSpec(problem=replace(MEASURED, optimum=optimum), algorithm=algorithm_config(name, **keys),
+                   comm=Communication(backend="local", workers=M, compress="none"),
+                   control=RunControl(stop=StopRule(rounds=3), quiet=True, progress="none"))
+    collected: dict = {}
+    execute(spec, None, collect=collected)
+    return collected["records"]
+
+
 @pytest.mark.parametrize("name", MEASURING)
 def test_a_reference_optimum_changes_no_method_bits_and_adds_its_bytes(name):
     """The logged metrics ride the round's allreduce but are the run's measurement (`METRICS`): the records with
     suboptimality carry the same ``uplink_bits`` and ``downlink_bits`` as those without, round by round, while
     ``bytes_sent`` prices the metrics on the wire (more with the optimum's, fewer where no gradient then rides for
     grad_norm).  Before, each logged metric added 64 bits each way a round."""
-    from dane.api import algorithm_config
-
-    config = algorithm_config(name.removesuffix("_paper").removesuffix("_ls"), **MEASURING[name])
-
-    def records(optimum):
-        spec = RunSpec(problem=replace(MEASURED, optimum=optimum), algorithm=config,
-                       comm=Communication(backend="local", workers=M, compress="none"),
-                       control=RunControl(stop=StopRule(rounds=3), quiet=True, progress="none"))
-        collected: dict = {}
-        execute(spec, None, collect=collected)
-        return collected["records"]
-
-    plain, measured = records("none"), records("auto")
+    method = name.removesuffix("_paper").removesuffix("_ls")
+    plain, measured = (measured_records(method, optimum, **MEASURING[name]) for optimum in ("none", "auto"))
     assert "suboptimality" in measured[-1] and "suboptimality" not in plain[-1]
     assert len(plain) == len(measured) >= 2
     for key in ("uplink_bits", "downlink_bits"):
@@ -267,17 +269,11 @@ def test_a_reference_optimum_changes_no_method_bits_and_adds_its_bytes(name):
 def test_dane_charges_its_gradient_iterate_and_what_its_safeguard_reads():
     """DANE's round per worker, ``comm.compress=none``, d = 30: the gradient and the averaged iterate, 64 · 2d each
     way; with the safeguard also the objective and its one statistic it reads, 64 · 2 (and not the suboptimality)."""
-    from dane.api import algorithm_config
-
     d = 30
     for keys, per_round in (({"safeguard": False, "mu": 0.1}, 64 * 2 * d), ({}, 64 * (2 * d + 2))):
-        spec = RunSpec(problem=replace(MEASURED, optimum="auto"), algorithm=algorithm_config("dane", **keys),
-                       comm=Communication(backend="local", workers=M, compress="none"),
-                       control=RunControl(stop=StopRule(rounds=3), quiet=True, progress="none"))
-        collected: dict = {}
-        execute(spec, None, collect=collected)
+        records = measured_records("dane", "auto", **keys)
         for key in ("uplink_bits", "downlink_bits"):
-            assert [r[key] for r in collected["records"]] == [t * per_round for t in range(4)], (keys, key)
+            assert [r[key] for r in records] == [t * per_round for t in range(4)], (keys, key)
 
 
 def test_metrics_message_sends_the_read_objective_as_the_method_s_own_and_puts_the_metrics_together_again():
@@ -311,17 +307,11 @@ def test_aide_charges_the_objective_where_a_tau_rule_reads_it(adapt, reads):
     """AIDE's round per worker, ``comm.compress=none``, d = 30: g and the averaged iterate, 64 · 2d each way, and the
     objective, 64, where τ's growth or the momentum restart (either alone) reads it; τ=auto's round 0 also averages
     the column curvature D (64 d) and τ (64).  A given τ attaches neither rule: 64 · 2d from round 0."""
-    from dane.api import algorithm_config
-
     d, read = 30, 64 * reads
 
     def bits(**keys):
-        spec = RunSpec(problem=MEASURED, algorithm=algorithm_config("aide", local_solver="cg", **keys),
-                       comm=Communication(backend="local", workers=M, compress="none"),
-                       control=RunControl(stop=StopRule(rounds=3), quiet=True, progress="none"))
-        collected: dict = {}
-        execute(spec, None, collect=collected)
-        return [[r[key] for r in collected["records"]] for key in ("uplink_bits", "downlink_bits")]
+        records = measured_records("aide", local_solver="cg", **keys)
+        return [[r[key] for r in records] for key in ("uplink_bits", "downlink_bits")]
 
     first = 64 * (3 * d + 1) + read
     assert bits(adapt=adapt) == [[0, first, first + 64 * 2 * d + read, first + 2 * (64 * 2 * d + read)]] * 2
@@ -334,19 +324,11 @@ def test_fednl_ls_charges_the_objective_its_search_starts_from_and_each_trial():
     (d(d+1)/2 entries) and l_i, 64 (d + d(d+1)/2 + 1), as plain FedNL's, and the objective its search starts from,
     64, and each trial's O(x + t d), 64 a trial: t = γ^(trials − 1) at γ = 1/2.  Plain FedNL's metrics ride uncounted,
     as FedNL-PP's do beside its S_i, l_i and g_i changes (the same sizes, every worker's dense message)."""
-    from dane.api import algorithm_config
-
     d = 30
     message = 64 * (d + d * (d + 1) // 2 + 1)
     # PP: the changes of H_i, l_i and g_i, with a reference optimum (two metrics, no gradient for grad_norm)
     for variant, keys, optimum in (("plain", {}, "none"), ("ls", {}, "none"), ("pp", {"clients_per_round": 2}, "auto")):
-        spec = RunSpec(problem=replace(MEASURED, optimum=optimum),
-                       algorithm=algorithm_config("fednl", compressor="topk:30", variant=variant, **keys),
-                       comm=Communication(backend="local", workers=M, compress="none"),
-                       control=RunControl(stop=StopRule(rounds=3), quiet=True, progress="none"))
-        collected: dict = {}
-        execute(spec, None, collect=collected)
-        records = collected["records"]
+        records = measured_records("fednl", optimum, compressor="topk:30", variant=variant, **keys)
         for before, after in zip(records, records[1:]):
             trials = 1 + round(math.log2(1 / before["step_size"])) if variant == "ls" else 0
             read = 64 * (1 + trials) if variant == "ls" else 0
@@ -363,14 +345,7 @@ def test_fedred_charges_its_messages_and_not_the_riding_metrics(keys, rounds):
     before it), in d-vectors of 64 bits: type 1 sends ∇O_i(x̃) and x_i (2d); type 2 sends x_i alone (d), and under
     random averaging the chosen x_j beside it (2d); type 2's round 0 is type 1's h_i, then its averaging allreduce.
     The metrics of x̃ ride uncounted, but the chosen x_j that rides after them (round 0: alone) is counted."""
-    from dane.api import algorithm_config
-
-    spec = RunSpec(problem=MEASURED, algorithm=algorithm_config("fedred", **keys),
-                   comm=Communication(backend="local", workers=M, compress="none"),
-                   control=RunControl(stop=StopRule(rounds=3), quiet=True, progress="none"))
-    collected: dict = {}
-    execute(spec, None, collect=collected)
-    up = [r["uplink_bits"] for r in collected["records"]]
+    up = [r["uplink_bits"] for r in measured_records("fedred", **keys)]
     assert [b - a for a, b in zip(up, up[1:])] == [64 * 30 * k for k in rounds]
 
 
@@ -381,13 +356,7 @@ def test_admm_and_local_sgd_charge_their_average_and_not_the_riding_metrics(name
     """A round per worker, ``comm.compress=none``, d = 30, each way: ADMM's x_i + u_i and the primal residual's
     ‖x_i − z‖² it reads for ρ (64 (d + 1)); local SGD's w_i, or n_i w_i under the weighted mean (64 d); the metrics
     (and the gradient for grad_norm without an optimum) ride uncounted."""
-    from dane.api import algorithm_config
-
-    spec = RunSpec(problem=MEASURED, algorithm=algorithm_config(name, **keys),
-                   comm=Communication(backend="local", workers=M, compress="none"),
-                   control=RunControl(stop=StopRule(rounds=3), quiet=True, progress="none"))
-    collected: dict = {}
-    execute(spec, None, collect=collected)
+    records = measured_records(name, **keys)
     for key in ("uplink_bits", "downlink_bits"):
-        bits = [r[key] for r in collected["records"]]
+        bits = [r[key] for r in records]
         assert [b - a for a, b in zip(bits, bits[1:])] == [per_round] * 3, key
