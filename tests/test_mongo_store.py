@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import torch
 
 pytest.importorskip("mongita", reason="the embedded store needs mongita: pip install mongita (make setup)")
 
@@ -434,8 +435,8 @@ def fetched(monkeypatch):
     """Every id list MongoSource.images is asked for, in order."""
     asked: list[list[int]] = []
     images = MongoSource.images
-    monkeypatch.setattr(MongoSource, "images", lambda self, ids: (asked.append([int(i) for i in ids]),
-                                                                  images(self, ids))[1])
+    monkeypatch.setattr(MongoSource, "images", lambda self, ids, *pushed: (asked.append([int(i) for i in ids]),
+                                                                             images(self, ids, *pushed))[1])
     return asked
 
 
@@ -458,6 +459,36 @@ def test_network_workers_read_their_shards_images_by_id(files, tmp_path, fetched
         files_by_id = [f for label in ("circle", "square") for f in sorted((files / "img" / label).iterdir())]
         expected = np.stack([np.asarray(Image.open(files_by_id[i - 1])) for i in fetched[0]]) / np.float32(255)
         assert np.array_equal(built.train_x.cpu().numpy()[:, 0], expected.astype(np.float32))
+
+
+def test_a_network_whose_data_set_is_pushed_again_mid_run_is_refused_not_mixed(files, tmp_path):
+    """A network reads its images as it goes (its shard's when a worker builds, split learning's minibatch by
+    minibatch): a push that leaves the data set as it was (nothing to do) changes nothing, but one that replaces it
+    makes the next read one line, not a run trained on two data sets."""
+    from PIL import Image
+
+    from dane.data.mongo_source import image_dataset
+
+    data = image_spec(files, tmp_path).problem.dataset()
+    before = data.train_x[np.arange(2)]
+    assert push(push_args(str(files / "img"), "--uri", str(tmp_path), "--collection", "shapes")).endswith("nothing to do")
+    assert torch.equal(data.train_x[np.arange(2)], before) and data.test_x.subset(np.arange(1))[0].shape == (1, 9, 7)
+    other = tmp_path / "other"
+    for label in ("circle", "square"):
+        (other / label).mkdir(parents=True)
+        for k in range(3):
+            Image.fromarray(np.full((9, 7), 40 * k, np.uint8)).save(other / label / f"{k}.png")
+    push(push_args(str(other), "--uri", str(tmp_path), "--collection", "shapes", "--replace"))
+    line = (f"collection shapes of {tmp_path} was pushed again since this run first read it (its images are read as "
+            "the run goes, so the rest of the run would train on other data); start the run again (no resume=) with "
+            "overwrite=true or a new out_dir")
+    for rows in (data.train_x, data.test_x.subset(np.arange(1)), data.train_x.to(torch.float64)):
+        with pytest.raises(DataError) as refused:
+            rows[np.arange(1)]
+        assert str(refused.value) == line
+    again = image_dataset(MongoSource(uri=str(tmp_path), collection="shapes"), seed=0)  # a new run reads the new data
+    pixels = again.train_x[np.arange(len(again.train_y))] * 255
+    assert len(again.train_y) + len(again.test_y) == 6 and set(pixels.round().unique().tolist()) <= {0.0, 40.0, 80.0}
 
 
 def test_split_agents_read_each_minibatch_by_id_from_their_list(files, tmp_path, fetched):

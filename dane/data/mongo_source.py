@@ -236,12 +236,18 @@ class MongoSource(ShardingKeys):
         return self.fetch(ids)
 
     @reads_the_store
-    def images(self, ids) -> tuple[np.ndarray, np.ndarray]:
-        """The images of ``ids`` (decoded from their GridFS files, uint8, stacked) and their labels."""
+    def images(self, ids, push_id: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The images of ``ids`` (decoded from their GridFS files, uint8, stacked) and their labels; with
+        ``push_id`` (the push a run's first read saw: `StoreRows`), one line where the data set has been pushed
+        again since, whose images would mix two data sets in one run."""
         from dane.data.mongo_push import UnreadableImage, decode_image
         from dane.data.mongo_store import read_gridfs
 
         _, _, manifest = self.held_labels()
+        if push_id is not None and manifest.get("push_id") != push_id:
+            raise DataError(f"{self.store().where(self.collection)} was pushed again since this run first read it "
+                            "(its images are read as the run goes, so the rest of the run would train on other data); "
+                            "start the run again (no resume=) with overwrite=true or a new out_dir")
         if manifest["kind"] != "images":
             raise ConfigError(f"data.collection={self.collection} holds a table, not images; push a folder of "
                               "images (FOLDER/<label>/<image>) for a network")
@@ -267,9 +273,10 @@ class StoreRows:
     """An image data set's rows in a store, read by id only when indexed: ``rows[index]`` is the float32
     tensor of the images of ``ids[index]`` (one ``$in`` query), ``subset(index)`` the same rows lazily."""
 
-    def __init__(self, source: MongoSource, ids: np.ndarray, sample_shape: tuple[int, ...],
+    def __init__(self, source: MongoSource, ids: np.ndarray, sample_shape: tuple[int, ...], push_id: str | None,
                  dtype: torch.dtype = torch.float32):
         self.source, self.ids, self.sample_shape, self.dtype = source, np.asarray(ids, dtype=np.int64), sample_shape, dtype
+        self.push_id = push_id  # the push the run read first: `MongoSource.images` refuses another's images
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -279,14 +286,14 @@ class StoreRows:
         return len(self.ids)
 
     def subset(self, index) -> "StoreRows":
-        return StoreRows(self.source, self.ids[_positions(index)], self.sample_shape, self.dtype)
+        return StoreRows(self.source, self.ids[_positions(index)], self.sample_shape, self.push_id, self.dtype)
 
     def to(self, dtype: torch.dtype) -> "StoreRows":
-        return StoreRows(self.source, self.ids, self.sample_shape, dtype)
+        return StoreRows(self.source, self.ids, self.sample_shape, self.push_id, dtype)
 
     def __getitem__(self, index) -> torch.Tensor:
         ids = np.asarray(self.ids[_positions(index)])  # any index shape: a worker's shard, all shards stacked
-        pixels = pixel_tensor(self.source.images(ids.reshape(-1))[0]).to(self.dtype)
+        pixels = pixel_tensor(self.source.images(ids.reshape(-1), self.push_id)[0]).to(self.dtype)
         return pixels.reshape(*ids.shape, *self.sample_shape)
 
 
@@ -318,12 +325,14 @@ def image_dataset(source: MongoSource, seed: int):
         name=source.store().where(source.collection), key="problem.data.test_fraction", classes=manifest["classes"],
         then=f"then push the folder again: dane data push FOLDER --uri {source.uri} --collection {source.collection} "
              "--replace")
-    first = pixel_tensor(source.images(ids[:1])[0])
+    pushed = manifest.get("push_id")  # each read checks it: a push since would mix two data sets in one run
+    first = pixel_tensor(source.images(ids[:1], pushed)[0])
     shape = tuple(first.shape[1:])
     order, test_order = np.argsort(train_ids, kind="stable"), np.argsort(test_ids, kind="stable")
     note = (f"{source.store().where(source.collection)}: {len(train_ids)} train / {len(test_ids)} test images "
             f"(seeded stratified hold-out of {source.test_fraction:g}), {' x '.join(map(str, shape))}, read by id")
-    return Dataset(train_x=StoreRows(source, train_ids[order], shape), train_y=torch.as_tensor(train_y[order]),
-                   test_x=StoreRows(source, test_ids[test_order], shape), test_y=torch.as_tensor(test_y[test_order]),
+    return Dataset(train_x=StoreRows(source, train_ids[order], shape, pushed), train_y=torch.as_tensor(train_y[order]),
+                   test_x=StoreRows(source, test_ids[test_order], shape, pushed),
+                   test_y=torch.as_tensor(test_y[test_order]),
                    num_classes=len(manifest["classes"]), name=f"mongo:{source.collection}", notes=[note],
                    split=f"seeded stratified hold-out of {source.test_fraction:g}")
