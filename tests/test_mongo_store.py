@@ -76,6 +76,8 @@ def test_push_reads_back_the_file_source_table_exactly(files, tmp_path, kind):
     ids, y, manifest = stored.labels()
     assert ids.tolist() == list(range(1, expected.n + 1)) and manifest["state"] == "complete"
     got = stored.load()
+    assert got.notes == [f"fetched {expected.n} of {expected.n} samples by id from collection t of {tmp_path}, pushed "
+                         f"from {expected.name} (sha256 {manifest['fingerprint'][:16]}, push {manifest['push_id'][:12]})"]
     X, E = (got.X.toarray(), expected.X.toarray()) if kind == "svm" else (got.X, expected.X)
     assert np.array_equal(X, E) and np.array_equal(got.y, expected.y) and np.array_equal(y, expected.y)
     assert sp.issparse(got.X) == (kind == "svm")
@@ -471,6 +473,9 @@ def test_a_network_whose_data_set_is_pushed_again_mid_run_is_refused_not_mixed(f
 
     data = image_spec(files, tmp_path).problem.dataset()
     before = data.train_x[np.arange(2)]
+    first = connect(str(tmp_path)).manifest("shapes")
+    assert len(first["fingerprint"]) == 64 and data.notes[0].endswith(  # the push the run read, in its notes
+        f", read by id, pushed from {files / 'img'} (sha256 {first['fingerprint'][:16]}, push {first['push_id'][:12]})")
     assert push(push_args(str(files / "img"), "--uri", str(tmp_path), "--collection", "shapes")).endswith("nothing to do")
     assert torch.equal(data.train_x[np.arange(2)], before) and data.test_x.subset(np.arange(1))[0].shape == (1, 9, 7)
     other = tmp_path / "other"
@@ -488,6 +493,9 @@ def test_a_network_whose_data_set_is_pushed_again_mid_run_is_refused_not_mixed(f
         assert str(refused.value) == line
     again = image_dataset(MongoSource(uri=str(tmp_path), collection="shapes"), seed=0)  # a new run reads the new data
     pixels = again.train_x[np.arange(len(again.train_y))] * 255
+    now = connect(str(tmp_path)).manifest("shapes")
+    assert now["push_id"] != first["push_id"] and now["fingerprint"] != first["fingerprint"]
+    assert again.notes[0].endswith(f"pushed from {other} (sha256 {now['fingerprint'][:16]}, push {now['push_id'][:12]})")
     assert len(again.train_y) + len(again.test_y) == 6 and set(pixels.round().unique().tolist()) <= {0.0, 40.0, 80.0}
 
 

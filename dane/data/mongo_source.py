@@ -227,7 +227,8 @@ class MongoSource(ShardingKeys):
         else:
             X = np.array([[doc[c] for c in columns] for doc in docs], dtype=np.float64).reshape(len(docs), len(columns))
         names = manifest["feature_names"] or None
-        notes = [f"fetched {len(docs)} of {manifest['n']} samples by id from {self.store().where(self.collection)}"]
+        notes = [f"fetched {len(docs)} of {manifest['n']} samples by id from {self.store().where(self.collection)}, "
+                 f"{pushed_as(manifest)}"]
         return Table(X=X, y=y, name=f"mongo:{self.collection}", notes=notes, feature_names=names)
 
     def load(self) -> Table:
@@ -297,6 +298,16 @@ class StoreRows:
         return pixels.reshape(*ids.shape, *self.sample_shape)
 
 
+def pushed_as(manifest: dict) -> str:
+    """Which push of a data set a run read, for its notes (a data set pushed again with ``--replace`` holds other
+    data under the same name): the source the push named, the SHA-256 of its bytes and options (``fingerprint``,
+    abbreviated; none where a caller of `dane.data.mongo_push` gave none) and the push's ``push_id``."""
+    marks = [f"sha256 {manifest['fingerprint'][:16]}" if manifest.get("fingerprint") else "",
+             f"push {manifest['push_id'][:12]}" if manifest.get("push_id") else ""]
+    marks = [mark for mark in marks if mark]
+    return f"pushed from {manifest.get('source', '?')}" + (f" ({', '.join(marks)})" if marks else "")
+
+
 def _positions(index):
     return index.cpu().numpy() if isinstance(index, torch.Tensor) else index
 
@@ -330,7 +341,8 @@ def image_dataset(source: MongoSource, seed: int):
     shape = tuple(first.shape[1:])
     order, test_order = np.argsort(train_ids, kind="stable"), np.argsort(test_ids, kind="stable")
     note = (f"{source.store().where(source.collection)}: {len(train_ids)} train / {len(test_ids)} test images "
-            f"(seeded stratified hold-out of {source.test_fraction:g}), {' x '.join(map(str, shape))}, read by id")
+            f"(seeded stratified hold-out of {source.test_fraction:g}), {' x '.join(map(str, shape))}, read by id, "
+            f"{pushed_as(manifest)}")
     return Dataset(train_x=StoreRows(source, train_ids[order], shape, pushed), train_y=torch.as_tensor(train_y[order]),
                    test_x=StoreRows(source, test_ids[test_order], shape, pushed),
                    test_y=torch.as_tensor(test_y[test_order]),
