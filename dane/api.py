@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import inspect
 import os
 import re
 import types
@@ -163,10 +164,7 @@ def check_annotations(node, group_name: str) -> None:
     config = located(node._target_)
     if not dataclasses.is_dataclass(config) or config.__module__.split(".")[0] == "dane":
         return
-    try:
-        hints = typing.get_type_hints(config)
-    except Exception:  # noqa: BLE001 - an annotation Python cannot resolve: the config's own checks decide
-        return
+    hints = own_annotations(config)
     raw = OmegaConf.to_container(node, resolve=False)  # a nested config is a dict here, unresolved
     for f in dataclasses.fields(config):
         if f.name not in raw or isinstance(raw[f.name], (dict, list)):
@@ -181,6 +179,22 @@ def check_annotations(node, group_name: str) -> None:
                 raise ConfigError(f"{key} must be a string, got {value!r}")
         else:
             {float: checks.number, int: checks.integer, bool: checks.boolean}[kind](key, value)
+
+
+def own_annotations(config: type) -> dict:
+    """The field annotations of a config class of one's own and its bases outside the package, each class's resolved
+    on its own: a class whose annotations Python cannot resolve is left to the config's own checks.  The package's
+    bases are not read, as their annotations name types only a type checker imports (``typing.get_type_hints`` of a
+    `dane.ProblemConfig` subclass raised on them, and no field of one's own problem was checked)."""
+    hints = {}
+    for cls in reversed(config.__mro__):
+        if cls.__module__.split(".")[0] in ("dane", "builtins"):
+            continue
+        try:
+            hints.update(inspect.get_annotations(cls, eval_str=True))
+        except Exception:  # noqa: BLE001 - an annotation Python cannot resolve
+            continue
+    return hints
 
 
 def annotated_kind(hint) -> tuple[type | None, bool]:
@@ -210,10 +224,15 @@ def targets(node, path: str):
         return
     if isinstance(node.get("_target_"), str):
         yield f"{path}._target_", node._target_
-    raw = OmegaConf.to_container(node, resolve=False)
     for key in node:
-        if key != "_target_" and isinstance(raw[key], dict):
-            yield from targets(node[key], f"{path}.{key}")
+        if key == "_target_":
+            continue
+        try:  # a config interpolated in (``data: ${data}``, a data yaml of one's own) as well as one written in
+            child = node[key]
+        except Exception:  # noqa: BLE001 - an interpolation that does not resolve: `check_interpolations` names it
+            continue
+        if OmegaConf.is_dict(child):
+            yield from targets(child, f"{path}.{key}")
 
 
 def group_choice(group_name: str) -> str | None:

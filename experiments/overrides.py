@@ -27,13 +27,9 @@ from dane.experiments.config import CONF_DIR
 def config_dirs(argv: list[str], conf_dir: Path = CONF_DIR) -> list[Path] | None:
     """Every folder Hydra searches for config groups: the package's, ``--config-dir``/``-cd``, and
     ``hydra.searchpath`` entries (``file://``); None when a ``pkg://`` entry makes the set unknowable here."""
-    dirs = [conf_dir]
-    for i, arg in enumerate(argv):
-        if arg in ("--config-dir", "-cd") and i + 1 < len(argv):
-            dirs.append(Path(argv[i + 1]))
-        elif arg.startswith("--config-dir="):
-            dirs.append(Path(arg.partition("=")[2]))
-        elif arg.startswith("hydra.searchpath="):
+    dirs = [conf_dir, *map(Path, given_config_dirs(argv))]
+    for arg in argv:
+        if arg.startswith("hydra.searchpath="):
             for entry in arg.partition("=")[2].strip("[]").split(","):
                 entry = entry.strip().strip("'\"")
                 if entry.startswith("pkg://"):
@@ -41,6 +37,26 @@ def config_dirs(argv: list[str], conf_dir: Path = CONF_DIR) -> list[Path] | None
                 if entry:
                     dirs.append(Path(entry.removeprefix("file://")))
     return [d.expanduser().resolve() for d in dirs]
+
+
+def given_config_dirs(argv: list[str]) -> list[str]:
+    """The folders ``--config-dir``/``-cd`` name on the command line, as written."""
+    given = []
+    for i, arg in enumerate(argv):
+        if arg in ("--config-dir", "-cd") and i + 1 < len(argv):
+            given.append(argv[i + 1])
+        elif arg.startswith("--config-dir="):
+            given.append(arg.partition("=")[2])
+    return given
+
+
+def check_config_dirs(argv: list[str]) -> None:
+    """A ``--config-dir`` that is not a folder, in one line.  Hydra searches it silently, so that a yaml meant to be
+    there was refused as unknown with the package's folder alone named as searched."""
+    for given in given_config_dirs(argv):
+        if not Path(given).expanduser().is_dir():
+            raise ConfigError(f"--config-dir {given} is not a folder (from {Path.cwd()}); name the folder that holds "
+                              f"your algorithm/, problem/ or data/ yamls (docs/extending.md)")
 
 
 #: the keys that say what a run is: its group's choice sets them (``algorithm=dane``), an override never does
@@ -55,6 +71,7 @@ def check_group_choices(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
     user's own ``--config-dir my_conf`` with ``problem/mine.yaml`` is accepted (a pkg:// search path is
     left to Hydra).
     """
+    check_config_dirs(argv)
     dirs = config_dirs(argv, conf_dir)
     for arg in argv:
         key, sep, value = arg.partition("=")

@@ -460,6 +460,52 @@ def test_a_config_of_ones_own_takes_the_values_its_annotations_allow():
     assert build(cfg, "algorithm") == OwnStepConfig(lr=2, steps=3, nesterov=True, label=None)
 
 
+@dataclasses.dataclass(frozen=True)
+class OwnProblemConfig(dane.ProblemConfig):
+    """A problem config of one's own, as docs/extending.md writes one: its bases' annotations name types that only a
+    type checker imports, which `typing.get_type_hints` could not resolve."""
+
+    name: str = "own_problem"
+    kappa: float = 10.0
+    dim: int = 3
+
+
+@pytest.mark.parametrize("given, line", [
+    ({"kappa": "abc"}, "problem.kappa must be a number, got 'abc'"),  # was a TypeError from inside build(), exit 1
+    ({"dim": 2.5}, "problem.dim must be an integer, got 2.5"),
+])
+def test_a_problem_config_of_ones_own_refuses_a_value_of_the_wrong_kind_in_one_line(given, line):
+    """The check of `test_a_config_of_ones_own_refuses_a_value_of_the_wrong_kind_in_one_line` skipped every
+    `dane.ProblemConfig` subclass: the hints of its package base did not resolve, and the check gave up."""
+    from omegaconf import OmegaConf
+
+    from dane.api import build
+
+    cfg = OmegaConf.create({"problem": {"_target_": f"{__name__}.OwnProblemConfig", "name": "own_problem", **given}})
+    with pytest.raises(ConfigError) as error:
+        build(cfg, "problem")
+    assert one_line(error) == line
+    assert build(OmegaConf.create({"problem": {"_target_": f"{__name__}.OwnProblemConfig", "kappa": 2}}),
+                 "problem") == OwnProblemConfig(kappa=2)
+
+
+def test_a_data_yaml_of_ones_own_whose_module_is_not_on_the_path_is_one_line_naming_the_fix():
+    """``data=mine`` of a --config-dir reaches the problem as ``data: ${data}``: its ``_target_`` was not looked at
+    before Hydra's, whose line ("Error locating target ..., set env var HYDRA_FULL_ERROR=1") named no fix."""
+    from omegaconf import OmegaConf
+
+    from dane.api import build
+
+    cfg = OmegaConf.create({"data": {"_target_": "dane_nowhere_rows.rows", "n_rows": 3},
+                            "problem": {"_target_": "dane.problems.linear_models.LinearModelConfig", "name": "ridge",
+                                        "data": "${data}"}})
+    with pytest.raises(ConfigError) as error:
+        build(cfg, "problem")
+    assert one_line(error) == ("problem=ridge: problem.data._target_=dane_nowhere_rows.rows names module "
+                               "dane_nowhere_rows, which is not on the Python path; put the folder holding "
+                               "dane_nowhere_rows on PYTHONPATH, e.g. PYTHONPATH=. dane train ... from that folder")
+
+
 def test_every_public_name_is_there():
     """Each name `dane.__all__` lists resolves (two pointed at a module that had moved, and raised)."""
     for name in dane.__all__:

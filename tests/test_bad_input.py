@@ -1071,6 +1071,23 @@ def test_a_sweep_of_an_experiment_file_into_one_out_dir_is_refused(line, refused
     assert refused in str(said.value) and str(said.value).startswith("out_dir=y ") and "\n" not in str(said.value)
 
 
+def test_a_config_dir_that_is_not_a_folder_is_one_line(tmp_path, monkeypatch):
+    """Hydra searched a --config-dir that does not exist silently: a misspelt folder's yaml was refused as unknown,
+    the package's conf/ alone named as searched."""
+    from dane.errors import ConfigError
+    from dane.experiments.overrides import check_group_choices
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine" / "problem").mkdir(parents=True)
+    (tmp_path / "mine" / "problem" / "own.yaml").write_text("name: own\n")
+    check_group_choices(["--config-dir", "mine", "problem=own"])
+    for argv in (["--config-dir", "mien", "problem=own"], ["--config-dir=mien"], ["-cd", "mien", "rounds=1"]):
+        with pytest.raises(ConfigError) as error:
+            check_group_choices(argv)
+        assert str(error.value) == (f"--config-dir mien is not a folder (from {tmp_path}); name the folder that holds "
+                                    "your algorithm/, problem/ or data/ yamls (docs/extending.md)")
+
+
 def test_a_sweep_of_a_range_of_step_zero_is_one_line():
     from dane.errors import ConfigError
     from dane.experiments.overrides import _sweep_variants
