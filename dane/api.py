@@ -143,37 +143,58 @@ def check_target(node, group_name: str) -> None:
     if not isinstance(target, str):
         raise ConfigError(f"{group_name}={choice} names no _target_: its yaml needs "
                           f"_target_: <module>.<its config class> (docs/extending.md)")
-    for key, named in targets(node, group_name):
+    for key, named, inner in targets(node, group_name):
         module = named.split(".")[0]
         try:
             found = importlib.util.find_spec(module) is not None
         except (ImportError, ValueError):
             found = False
         if not found:
-            yaml = group_yaml(group_name, choice)
-            raise ConfigError(f"{group_name}={choice}{f' ({yaml})' if yaml else ''}: {key}={named} names module "
+            group = key.split(".")[0]  # another group's where its config is interpolated in (``data: ${data}``)
+            chosen = choice if group == group_name else group_choice(group) or inner.get("name", "?")
+            yaml = group_yaml(group, chosen)
+            raise ConfigError(f"{group}={chosen}{f' ({yaml})' if yaml else ''}: {key}={named} names module "
                               f"{module}, which is not on the Python path; put the folder holding {module} on "
                               f"PYTHONPATH, e.g. PYTHONPATH=. dane train ... from that folder")
 
 
 def check_annotations(node, group_name: str) -> None:
-    """A config dataclass of one's own (not the package's, which check their own values): each value given for a
-    field annotated float, int, bool or str (``Optional[...]``: null too) is of that kind, else one line naming the
-    key, as the package's configs say it (`dane.checks`).  Hydra passes ``lr=abc`` on as text and ``lr=true`` as a
-    bool, which a comparison in the config's checks would fail on with a TypeError, or take as 1."""
-    config = located(node._target_)
-    if not dataclasses.is_dataclass(config) or config.__module__.split(".")[0] == "dane":
-        return
-    hints = own_annotations(config)
+    """A config dataclass of one's own (not the package's, which check their own values), and a function of one's
+    own that a nested ``_target_`` names (a data set's, ``data: ${data}``): each value given for a field or parameter
+    annotated float, int, bool or str (``Optional[...]``: null too) is of that kind, else one line naming the key, as
+    the package's configs say it (`dane.checks`).  Hydra passes ``lr=abc`` on as text and ``lr=true`` as a bool,
+    which a comparison in the config's checks would fail on with a TypeError, or take as 1."""
+    for key, target, inner in targets(node, group_name):
+        check_values(inner, key.removesuffix("._target_"), own_hints(located(target)))
+
+
+def own_hints(target) -> dict:
+    """The annotations of what a ``_target_`` of one's own names: a dataclass's fields, a function's parameters; {}
+    for the package's own and anything else."""
+    if target is None or getattr(target, "__module__", "dane").split(".")[0] == "dane":
+        return {}
+    if dataclasses.is_dataclass(target):
+        hints = own_annotations(target)
+        return {f.name: hints[f.name] for f in dataclasses.fields(target) if f.name in hints}
+    if inspect.isfunction(target):
+        try:
+            hints = inspect.get_annotations(target, eval_str=True)
+        except Exception:  # noqa: BLE001 - an annotation Python cannot resolve: the function's own checks decide
+            return {}
+        return {name: hint for name, hint in hints.items() if name != "return"}
+    return {}
+
+
+def check_values(node, path: str, hints: dict) -> None:
     raw = OmegaConf.to_container(node, resolve=False)  # a nested config is a dict here, unresolved
-    for f in dataclasses.fields(config):
-        if f.name not in raw or isinstance(raw[f.name], (dict, list)):
+    for name, hint in hints.items():
+        if name not in raw or isinstance(raw[name], (dict, list)):
             continue
-        kind, optional = annotated_kind(hints.get(f.name))
-        value = node[f.name]
+        kind, optional = annotated_kind(hint)
+        value = node[name]
         if kind is None or (value is None and optional):
             continue
-        key = f"{group_name}.{f.name}"
+        key = f"{path}.{name}"
         if kind is str:
             if not isinstance(value, str):
                 raise ConfigError(f"{key} must be a string, got {value!r}")
@@ -219,20 +240,24 @@ def located(target: str):
 
 
 def targets(node, path: str):
-    """(key, value) of every string ``_target_`` in ``node`` and the configs it holds, the node's own first."""
+    """(key, value, node) of every string ``_target_`` in ``node`` and the configs it holds, the node's own first.  A
+    config interpolated in (``data: ${data}``, a data yaml of one's own) is named by the key the user sets it by
+    (``data``), as well as one written in."""
     if not OmegaConf.is_dict(node):
         return
     if isinstance(node.get("_target_"), str):
-        yield f"{path}._target_", node._target_
+        yield f"{path}._target_", node._target_, node
+    raw = OmegaConf.to_container(node, resolve=False)
     for key in node:
         if key == "_target_":
             continue
-        try:  # a config interpolated in (``data: ${data}``, a data yaml of one's own) as well as one written in
+        try:
             child = node[key]
         except Exception:  # noqa: BLE001 - an interpolation that does not resolve: `check_interpolations` names it
             continue
+        interpolated = re.fullmatch(r"\$\{([\w.]+)\}", raw[key]) if isinstance(raw[key], str) else None
         if OmegaConf.is_dict(child):
-            yield from targets(child, f"{path}.{key}")
+            yield from targets(child, interpolated.group(1) if interpolated else f"{path}.{key}")
 
 
 def group_choice(group_name: str) -> str | None:

@@ -496,14 +496,42 @@ def test_a_data_yaml_of_ones_own_whose_module_is_not_on_the_path_is_one_line_nam
 
     from dane.api import build
 
-    cfg = OmegaConf.create({"data": {"_target_": "dane_nowhere_rows.rows", "n_rows": 3},
+    cfg = OmegaConf.create({"data": {"_target_": "dane_nowhere_rows.rows", "n_rows": 3, "name": "rows"},
                             "problem": {"_target_": "dane.problems.linear_models.LinearModelConfig", "name": "ridge",
                                         "data": "${data}"}})
     with pytest.raises(ConfigError) as error:
         build(cfg, "problem")
-    assert one_line(error) == ("problem=ridge: problem.data._target_=dane_nowhere_rows.rows names module "
-                               "dane_nowhere_rows, which is not on the Python path; put the folder holding "
-                               "dane_nowhere_rows on PYTHONPATH, e.g. PYTHONPATH=. dane train ... from that folder")
+    assert one_line(error) == ("data=rows: data._target_=dane_nowhere_rows.rows names module dane_nowhere_rows, which "
+                               "is not on the Python path; put the folder holding dane_nowhere_rows on PYTHONPATH, "
+                               "e.g. PYTHONPATH=. dane train ... from that folder")
+
+
+def noisy_rows(n_rows: int = 4, noise: float = 0.1, name: str = "noisy_rows", clip: float | None = None):
+    """A data set of one's own as docs/extending.md writes one: a function whose parameters are annotated."""
+    return dane.ArraySource(np.eye(n_rows, 2), np.arange(float(n_rows)) * noise, name=name)
+
+
+@pytest.mark.parametrize("given, line", [
+    ({"n_rows": "abc"}, "data.n_rows must be an integer, got 'abc'"),  # was "problem: UFuncTypeError(<ufunc ...)"
+    ({"noise": "x"}, "data.noise must be a number, got 'x'"),
+    ({"name": 3}, "data.name must be a string, got 3"),
+    ({"clip": "x"}, "data.clip must be a number, got 'x'"),
+])
+def test_a_data_function_of_ones_own_refuses_a_value_of_the_wrong_kind_in_one_line(given, line):
+    """The annotations of a function a ``data`` yaml of one's own names are checked as a config dataclass's are."""
+    from omegaconf import OmegaConf
+
+    from dane.api import build
+
+    def composed(**data):
+        return OmegaConf.create({"data": {"_target_": f"{__name__}.noisy_rows", **data},
+                                 "problem": {"_target_": "dane.problems.linear_models.LinearModelConfig",
+                                             "name": "ridge", "data": "${data}"}})
+
+    with pytest.raises(ConfigError) as error:
+        build(composed(**given), "problem")
+    assert one_line(error) == line
+    assert build(composed(n_rows=3, noise=1, clip=None), "problem").data.X.shape == (3, 2)
 
 
 def test_every_public_name_is_there():
