@@ -44,10 +44,10 @@ from dane.sampling import SamplingKeys
 
 from .adaptive import FloorStop, WeightDoubling
 from .defaults import Resolution, local_step
-from .federated import Federated, LocalSolveKeys, PolicyKeys, resolve_prox_weight
+from .federated import LocalSolveKeys, LocalSolving, PolicyKeys, resolve_prox_weight
 
 
-class FedDANE(Federated):
+class FedDANE(LocalSolving):
     name = "feddane"
     label = "FedDANE"
     singular_remedy = " or algorithm.mu > 0"  # μ shifts the local Hessian of an exact solve (local_solver not steps)
@@ -56,7 +56,7 @@ class FedDANE(Federated):
     @classmethod
     def sleeps_out(cls, config) -> bool:
         return not config.resample
-    columns = (*Federated.columns, Column("mu", "{:>8.3g}"))
+    columns = (*LocalSolving.columns, Column("mu", "{:>8.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, mu: float, eta: float = 1.0, resample: bool = False,
                  **kwargs):

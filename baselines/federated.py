@@ -166,9 +166,9 @@ class ClientBits:
 
 class Federated(Algorithm):
     """Sampler, traffic and local-solve plumbing of a federated method.  A subclass writes its paper's round as
-    `round`; `step` runs it, then the adaptations its config attached (`baselines.adaptive`), and the round's record
-    carries what they changed (``adapted``).  Every number arrives resolved (`baselines.defaults`); ``defaults``
-    lists the package rules that resolved them."""
+    `round` (one whose round runs the local solve is a `LocalSolving`); `step` runs it, then the adaptations its config
+    attached (`baselines.adaptive`), and the round's record carries what they changed (``adapted``).  Every number
+    arrives resolved (`baselines.defaults`); ``defaults`` lists the package rules that resolved them."""
 
     #: the `state_dict` keys that are the client's own, where the thread simulator may let the clients outside S_t
     #: sleep through the round (`dane.comm.roster`; the rest of the state every worker holds alike); None: it may
@@ -183,6 +183,7 @@ class Federated(Algorithm):
     synchronous_because = "its rounds average the sampled clients' results from the same iterate"
     columns = (Column("clients", "{:>7d}"),)
     summary_keys = (*Algorithm.summary_keys, "uplink_bytes", "downlink_bytes")  # the participants' (dane.sampling)
+    local: LocalKeys
 
     def __init__(self, problem: Problem, comm: Communicator, *, sampling: SamplingKeys, seed: int = 0,
                  local: LocalKeys | None = None, w0: torch.Tensor | None = None, smoothness: float = 0.0,
@@ -193,7 +194,7 @@ class Federated(Algorithm):
                                      n_local=problem.n_local)
         self.traffic = Traffic()
         self.with_grad = logs_gradient(problem)
-        self.local = local or LocalSolveKeys()
+        self.local = local or LocalKeys()
         self.solver = self.local.solver(problem.solver)  # its tolerance and caps: the problem's keys
         if self.solver is not None and problem.strong_convexity is None:
             raise ConfigError(f"algorithm.local_solver={self.local.local_solver} exists on the convex problems only, "
@@ -336,18 +337,6 @@ class Federated(Algorithm):
         """∇O_i(w) for the round's participants (`members`)."""
         return self.local_problem.evaluate(w)[0]
 
-    def prox(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *,
-             anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
-        """≈ argmin_w O_i(w) − ⟨linear, w⟩ + (μ/2)‖w − anchor‖² by ``local_solver`` (module docstring)."""
-        if self.local.local_solver == "steps":
-            lr, w = self.step_size(mu), anchor
-            for k in range(self.local.local_steps):
-                grad = anchor_grad if k == 0 and anchor_grad is not None else self.local_grad(w)
-                w = w - lr * (grad - linear + mu * (w - anchor))
-            return w
-        kwargs = {"solver": self.solver} if self.solver else {}
-        return self.local_problem.prox_solve(anchor, linear, mu, anchor_grad=anchor_grad, **kwargs)
-
     # --------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:
         state = {**super().state_dict(), "sampler": self.sampler.state_dict(), "traffic": self.traffic.state_dict()}
@@ -361,6 +350,28 @@ class Federated(Algorithm):
         self.traffic.load_state_dict(state["traffic"])
         for adaptation in self.adaptations:
             adaptation.load_state_dict(state)
+
+
+class LocalSolving(Federated):
+    """A federated method whose round runs the local solve `prox` (module docstring), so its keys are
+    `LocalSolveKeys`: ``local_solver=steps`` takes their ``local_steps``."""
+
+    local: LocalSolveKeys
+
+    def __init__(self, problem: Problem, comm: Communicator, *, local: LocalSolveKeys | None = None, **kwargs):
+        super().__init__(problem, comm, local=local or LocalSolveKeys(), **kwargs)
+
+    def prox(self, anchor: torch.Tensor, linear: torch.Tensor, mu: float, *,
+             anchor_grad: torch.Tensor | None = None) -> torch.Tensor:
+        """≈ argmin_w O_i(w) − ⟨linear, w⟩ + (μ/2)‖w − anchor‖² by ``local_solver`` (module docstring)."""
+        if self.local.local_solver == "steps":
+            lr, w = self.step_size(mu), anchor
+            for k in range(self.local.local_steps):
+                grad = anchor_grad if k == 0 and anchor_grad is not None else self.local_grad(w)
+                w = w - lr * (grad - linear + mu * (w - anchor))
+            return w
+        kwargs = {"solver": self.solver} if self.solver else {}
+        return self.local_problem.prox_solve(anchor, linear, mu, anchor_grad=anchor_grad, **kwargs)
 
 
 @dataclass(frozen=True)

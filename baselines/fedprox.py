@@ -57,19 +57,19 @@ from dane.sampling import SamplingKeys
 
 from .adaptive import FIXED_POINT, STALLED, DriftStop, stalled
 from .defaults import Resolution, local_step
-from .federated import Federated, LocalSolveKeys, PolicyKeys
+from .federated import LocalSolveKeys, LocalSolving, PolicyKeys
 
 __all__ = ["FIXED_POINT", "STALLED", "FedProx", "FedProxConfig"]
 
 
-class FedProx(Federated):
+class FedProx(LocalSolving):
     name = "fedprox"
     label = "FedProx"
     singular_remedy = " or algorithm.mu > 0"  # μ shifts the local Hessian of an exact solve (local_solver not steps)
     batchable = True  # its round reads the same on stacked tensors, the participants' rows (`Federated.members`)
     stacked_needs = "gradients"
     own_state = ()  # no state of a client's own: the clients outside S_t may sleep (`dane.comm.roster`)
-    columns = (*Federated.columns, Column("mu", "{:>8.3g}"))
+    columns = (*LocalSolving.columns, Column("mu", "{:>8.3g}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, mu: float = 0.01, **kwargs):
         super().__init__(problem, comm, **kwargs)

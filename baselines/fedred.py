@@ -83,14 +83,14 @@ from dane.seeds import STREAMS, shared_seed
 
 from .adaptive import FloorStop, WeightDoubling
 from .defaults import FEDRED_LOCAL_STEPS, Resolution, fedred_cv_weight, fedred_local_steps, local_step, prox_weight
-from .federated import Federated, LocalSolveKeys, PolicyKeys
+from .federated import LocalSolveKeys, LocalSolving, PolicyKeys
 from .measure import hessian_dissimilarity
 
 AVERAGING = ("mean", "random")
 COIN_STREAM = STREAMS["fedred_coin"].number  # the shared generator of local-step counts and random averaging
 
 
-class FedRed(Federated):
+class FedRed(LocalSolving):
     name = "fedred"
     label = "FedRed"
     # λ shifts the local Hessian of DANE+'s exact solve (λ = 0 is refused there); one below its round-off fails
@@ -98,7 +98,7 @@ class FedRed(Federated):
     batchable = True  # its round reads the same on stacked tensors, the participants' rows (`Federated.members`)
     stacked_needs = "gradients"
     own_state = ("h",)  # the client's control variate: the clients outside S_t may sleep (`dane.comm.roster`)
-    columns = (*Federated.columns, Column("lam", "{:>8.3g}"), Column("local_steps", "{:>6d}"))
+    columns = (*LocalSolving.columns, Column("lam", "{:>8.3g}"), Column("local_steps", "{:>6d}"))
 
     def __init__(self, problem: Problem, comm: Communicator, *, lam: float, local_steps: int, cv_weight: float | None,
                  gamma: float | None = None, control_variate: int = 1, averaging: str = "mean",

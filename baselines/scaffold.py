@@ -93,11 +93,11 @@ from dane.sampling import SamplingKeys
 
 from .defaults import (LANCZOS_STEP_FACTOR, Resolution, lanczos_is_exact, lanczos_iters, local_step,
                        scaffold_local_step, scaffold_server_step, strong_convexity_bound)
-from .federated import Federated, LocalSolveKeys, PolicyKeys
+from .federated import LocalSolveKeys, LocalSolving, PolicyKeys
 from .measure import smoothness_and_lowest
 
 
-class Scaffold(Federated):
+class Scaffold(LocalSolving):
     name = "scaffold"
     label = "SCAFFOLD"
     batchable = True  # its round reads the same on stacked tensors, the participants' rows (`Federated.members`)

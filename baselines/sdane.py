@@ -84,7 +84,7 @@ from dane.work import count
 from .adaptive import Adaptation, FloorStop, LocalRetry, Restart, WeightDoubling
 from .defaults import (ACC_GAP_BALANCE, ACC_HETEROGENEITY_DIVISOR, ACC_SAMPLED_PROX_PER_CURVATURE, GAP_BALANCE,
                        HETEROGENEITY_DIVISOR, SAMPLED_PROX_PER_CURVATURE, Resolution, local_step, tighter)
-from .federated import Federated, LocalSolveKeys, PolicyKeys, resolve_prox_weight
+from .federated import LocalSolveKeys, LocalSolving, PolicyKeys, resolve_prox_weight
 
 
 
@@ -93,12 +93,12 @@ def extrapolation(lam: float, A: float, B: float) -> float:
     return (B + math.sqrt(B * B + 4.0 * lam * A * B)) / (2.0 * lam)
 
 
-class SDANE(Federated):
+class SDANE(LocalSolving):
     name = "sdane"
     label = "S-DANE"
     # λ (> 0 already) shifts the local Hessian of an exact solve; one below the round-off of the shard's curvature fails
     singular_remedy = " or a larger algorithm.lam"
-    columns = (*Federated.columns, Column("lam", "{:>8.3g}"))
+    columns = (*LocalSolving.columns, Column("lam", "{:>8.3g}"))
     own_state = ()  # the clients outside S_t may sleep (`dane.comm.roster`), unless λ's test takes every client
 
     @classmethod
