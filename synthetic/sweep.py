@@ -28,7 +28,7 @@ from tqdm import tqdm
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from dane.errors import DivergenceError
+from dane.errors import DivergenceError, plural
 from dane.records.provenance import command_of_run
 from dane.records.results import find_runs, read_config, read_summary
 from dane.loop.stopping import StopRule
@@ -244,7 +244,7 @@ def ensure(jobs: Iterable[Job], root: str | Path = "results", sweep: str = "swee
     found = {job: index.find(job, timed) for job in jobs}
     missing = [job for job in jobs if found[job] is None]
     if missing and log is not None:
-        print(f"running {len(missing)} of {len(jobs)} jobs into {Path(root) / sweep}", file=log, flush=True)
+        print(f"running {len(missing)} of {plural(len(jobs), 'job')} into {Path(root) / sweep}", file=log, flush=True)
     start = time.perf_counter()
     # a bar on a terminal (tqdm's disable=None), the per-job lines below in any case
     bar = tqdm(total=len(missing), file=log, unit="job", disable=True if log is None else None)
@@ -258,7 +258,7 @@ def ensure(jobs: Iterable[Job], root: str | Path = "results", sweep: str = "swee
         bar.update()
         if log is not None:
             bar.write(f"[{k}/{len(missing)} {time.perf_counter() - start:6.1f}s] {job_name(job)}: {summary['status']} "
-                      f"after {summary['rounds']} rounds", file=log)
+                      f"after {plural(summary['rounds'], 'round')}", file=log)
             log.flush()
     bar.close()
     return found  # type: ignore[return-value]

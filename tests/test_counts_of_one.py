@@ -84,3 +84,61 @@ def test_a_figure_reads_the_size_of_a_one_feature_data_set(tmp_path):
                        ("scikit-learn's bundled breast_cancer data: 569 rows x 30 features", "569 rows x 30 features")):
         (tmp_path / "summary.json").write_text(json.dumps({"notes": [note], "workers": 1}))
         assert run_setting(tmp_path)["size"] == size
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_push_of_one_sample(tmp_path, n):
+    """A push of a one-row table said "uploaded 1 samples", "already holds the 1 samples", "completed (found 0 of 1
+    samples ...) 1 samples" and its run's note "fetched 1 of 1 samples"."""
+    pytest.importorskip("mongita", reason="the embedded store needs mongita: pip install mongita (make setup)")
+    from dane.data.mongo_source import MongoSource
+    from dane.data.mongo_store import connect
+    from dane.experiments.data import parser, push
+
+    (tmp_path / "t.csv").write_text("y,a\n" + "".join(f"{i % 2},{i}.5\n" for i in range(n)))
+    uri, samples = str(tmp_path / "store"), plural(n, "sample")
+    args = parser().parse_args(["push", str(tmp_path / "t.csv"), "--target", "y", "--uri", uri, "--collection", "t"])
+    assert push(args) == f"uploaded {samples} into collection t of {uri}"
+    assert push(args) == f"collection t of {uri} already holds the {samples} (complete); nothing to do"
+    store = connect(uri)
+    store.db["dane_manifest"].update_one({"_id": "t"}, {"$set": {"state": "uploading"}})
+    store.db["t"].delete_one({"id": n})
+    assert push(args) == (f"completed (found {n - 1} of {samples} from an interrupted push) {samples} into "
+                          f"collection t of {uri}")
+    [note] = MongoSource(uri=uri, collection="t").load().notes
+    assert note.startswith(f"fetched {n} of {samples} by id from collection t of {uri}, pushed from ")
+    assert samples == ("1 sample" if n == 1 else "2 samples")
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_the_standardization_notes_of_one_row_and_a_one_value_category(tmp_path, n):
+    """"over 1 rows" (dense, sparse, CSV) and a category of one value "-> 1 columns"."""
+    import scipy.sparse as sp
+
+    from dane.data.scaling import standardize_matrix
+
+    rows = "1 row" if n == 1 else f"{n} rows"
+    X = np.arange(2.0 * n).reshape(n, 2) ** 2
+    assert standardize_matrix(X.copy(), "all").split(";")[0] == f"standardized 2 column(s) to mean 0, std 1 over {rows}"
+    assert standardize_matrix(sp.csr_matrix(X), "all").startswith(f"scaled 2 column(s) to std 1 over {rows}, not ")
+    path = tmp_path / "one.csv"
+    path.write_text("y,a,k\n" + "".join(f"{i},{i * i}.5,{'pq'[i]}\n" for i in range(n)))
+    notes = CSVSource(str(path), target="y", categorical=("k",), standardize="numeric").load().notes
+    assert notes[1].startswith(f"one-hot: 'k' -> {'1 column' if n == 1 else '2 columns'} (p")
+    assert notes[2].split(";")[0] == f"standardized 1 numeric column(s) to mean 0, std 1 over {rows}"
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_the_sweeps_lines_of_one_job_of_one_round(tmp_path, monkeypatch, n):
+    """`synthetic.sweep.ensure` said "running 1 of 1 jobs" and "... converged after 1 rounds"; its runs replaced by
+    their summaries (the lines are the point, not the runs)."""
+    import io
+
+    from dane.synthetic import sweep
+
+    monkeypatch.setattr(sweep, "run_job", lambda job, out_dir: {"status": "converged", "rounds": n})
+    log = io.StringIO()
+    sweep.ensure([("algorithm=gd", f"rounds={k}") for k in range(n)], root=tmp_path, log=log)
+    lines = log.getvalue().splitlines()
+    assert lines[0] == f"running {n} of {'1 job' if n == 1 else '2 jobs'} into {tmp_path / 'sweeps/figures'}"
+    assert lines[-1].endswith(f"algorithm=gd,rounds={n - 1}: converged after {'1 round' if n == 1 else '2 rounds'}")

@@ -308,7 +308,7 @@ def _one_hot(
     rows = [i for i, t in enumerate(tokens) if t in index]
     block[rows, [index[tokens[i]] for i in rows]] = 1.0
     shown = ", ".join(values[:8]) + (", ..." if len(values) > 8 else "")
-    note = f"one-hot: '{column}' -> {len(values)} columns ({shown})"
+    note = f"one-hot: '{column}' -> {plural(len(values), 'column')} ({shown})"
     if missing:
         note += f"; {len(missing)} missing value(s) left as all-zero rows"
     return block, values, note
@@ -317,7 +317,7 @@ def _one_hot(
 def _standardized(X: np.ndarray, columns: list[int], names: list[str], kind: str) -> str:
     """Standardize ``columns`` of ``X`` in place; the note that says so (``kind``: "numeric " or "")."""
     constant = standardize_columns(X, columns)
-    note = f"standardized {len(columns)} {kind}column(s) to mean 0, std 1 over {X.shape[0]} rows"
+    note = f"standardized {len(columns)} {kind}column(s) to mean 0, std 1 over {plural(X.shape[0], 'row')}"
     if constant:
         note += f"; constant column(s) centred to 0, not scaled: {', '.join(names[j] for j in constant)}"
     return note

@@ -33,7 +33,7 @@ import numpy as np
 
 from dane.data.mongo_store import (BATCH, CLIENT, IN_BATCH, MANIFEST, Store, column_fields, drop, drop_embedded_files,
                                    gridfs_documents, pushing, row_documents)
-from dane.errors import DataError, brief
+from dane.errors import DataError, brief, plural
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".pgm", ".ppm", ".tif", ".tiff")
 
@@ -158,7 +158,7 @@ def _upload(store: Store, name: str, manifest: dict, write, *, print_fn, replace
         drop(store, name)
         old, present, stray = None, set(), []
     if old is not None and old.get("state") == "complete" and old.get("n") == n and len(present) == n and not stray:
-        return f"{store.where(name)} already holds the {n} samples (complete); nothing to do"
+        return f"{store.where(name)} already holds the {plural(n, 'sample')} (complete); nothing to do"
     if old is None:
         drop(store, name)  # pieces of a data set whose manifest never got written
         store.db[MANIFEST].insert_one(manifest)
@@ -166,9 +166,9 @@ def _upload(store: Store, name: str, manifest: dict, write, *, print_fn, replace
     elif old.get("state") == "complete":  # a reader refuses it: documents added, lost or changed since
         store.db[MANIFEST].update_one({"_id": name}, {"$set": {"state": "uploading"}})
         action = (f"repaired (dropped {len(stray)} document(s) other than samples 1..{n}; found {len(present)} of "
-                  f"{n} samples)")
+                  f"{plural(n, 'sample')})")
     else:
-        action = f"completed (found {len(present)} of {n} samples from an interrupted push)"
+        action = f"completed (found {len(present)} of {plural(n, 'sample')} from an interrupted push)"
     for start in range(0, len(stray), IN_BATCH):
         store.db[name].delete_many({"_id": {"$in": stray[start:start + IN_BATCH]}})
     store.db[name].create_index([("id", 1)])
@@ -183,7 +183,7 @@ def _upload(store: Store, name: str, manifest: dict, write, *, print_fn, replace
         raise DataError(f"{store.where(name)} holds {len(stored) + len(stray)} documents after the push, not samples "
                         f"1..{n}; push again with --replace")
     store.db[MANIFEST].update_one({"_id": name}, {"$set": {"state": "complete", "push_id": uuid.uuid4().hex}})
-    return f"{action} {n} samples into {store.where(name)}"
+    return f"{action} {plural(n, 'sample')} into {store.where(name)}"
 
 
 def _scan(store: Store, name: str, n: int) -> tuple[set[int], list]:

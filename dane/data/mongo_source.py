@@ -34,7 +34,7 @@ from dane.data.mongo_store import (CLIENT, Store, connect, is_server, location, 
                                    unreadable)
 from dane.data.sharding import COLUMN, ShardingKeys
 from dane.data.table import Table, missing_rows
-from dane.errors import ConfigError, DataError, brief
+from dane.errors import ConfigError, DataError, brief, plural
 
 _STORES: dict[str, Store] = {}
 _LABELS: dict[tuple[str, str, str | None], tuple[np.ndarray, np.ndarray, dict]] = {}
@@ -227,8 +227,8 @@ class MongoSource(ShardingKeys):
         else:
             X = np.array([[doc[c] for c in columns] for doc in docs], dtype=np.float64).reshape(len(docs), len(columns))
         names = manifest["feature_names"] or None
-        notes = [f"fetched {len(docs)} of {manifest['n']} samples by id from {self.store().where(self.collection)}, "
-                 f"{pushed_as(manifest)}"]
+        notes = [f"fetched {len(docs)} of {plural(manifest['n'], 'sample')} by id from "
+                 f"{self.store().where(self.collection)}, {pushed_as(manifest)}"]
         return Table(X=X, y=y, name=f"mongo:{self.collection}", notes=notes, feature_names=names)
 
     def load(self) -> Table:

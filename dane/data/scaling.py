@@ -43,6 +43,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dane.data.table import standardize_columns
+from dane.errors import plural
 
 STANDARDIZE = ("numeric", "all", "none")
 STANDARDIZE_ALIASES = {True: "numeric", False: "none"}  # the option's earlier boolean form
@@ -93,13 +94,13 @@ def standardize_matrix(X: np.ndarray | sp.csr_matrix, mode: str) -> str | None:
     if sp.issparse(X):
         X.sum_duplicates()  # a repeated (row, column) entry is one value: the statistics count it once
         constant = scale_sparse_columns(X, columns)
-        note = (f"scaled {which} to std 1 over {X.shape[0]} rows, not centred (X is sparse; centring would "
+        note = (f"scaled {which} to std 1 over {plural(X.shape[0], 'row')}, not centred (X is sparse; centring would "
                 "densify it): the same fit as full standardization only with an unpenalized intercept, and "
                 "problem.fit_intercept's is penalized (dane/data/scaling.py)")
         left = "constant column(s) left as they are"
     else:
         constant = standardize_columns(X, columns.tolist())
-        note = f"standardized {which} to mean 0, std 1 over {X.shape[0]} rows"
+        note = f"standardized {which} to mean 0, std 1 over {plural(X.shape[0], 'row')}"
         left = "constant column(s) centred to 0, not scaled"
     if constant:
         shown = ", ".join(str(j) for j in constant[:SHOWN]) + (", ..." if len(constant) > SHOWN else "")
