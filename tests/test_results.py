@@ -489,3 +489,39 @@ def test_a_failed_rename_names_the_target_not_the_temporary_file(tmp_path, monke
     assert str(unwritable(tmp_path, err.value, 0)).startswith(
         f"out_dir={tmp_path} cannot be written (No space left on device: checkpoint/COMMITTED); kept: no round record")
     assert list((tmp_path / "checkpoint").iterdir()) == []
+
+
+def test_a_wait_for_the_folders_flock_that_the_file_system_fails_is_one_line(tmp_path, monkeypatch):
+    """`flocked` where another descriptor holds the folder's flock and the blocking wait fails with ENOLCK (a file
+    system that lends no lock to wait on, as some NFS mounts): a traceback; now the line with the fix.  A file system
+    that has no flock at all (ENOLCK at once) still runs the block unheld."""
+    import fcntl
+
+    from dane.records.lock import flocked
+
+    real = fcntl.flock
+
+    def no_wait(fd, op):  # the try (LOCK_NB) is the kernel's; the wait fails
+        if op & fcntl.LOCK_NB:
+            return real(fd, op)
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    holder = os.open(tmp_path, os.O_RDONLY)
+    real(holder, fcntl.LOCK_EX)  # another descriptor holds it exclusively: a push writing the store
+    monkeypatch.setattr(fcntl, "flock", no_wait)
+    busy, ran = [], []
+    with pytest.raises(ConfigError) as err:
+        with flocked(tmp_path, exclusive=False, busy=lambda: busy.append(True)):
+            ran.append(True)
+    os.close(holder)
+    assert str(err.value) == (f"{tmp_path} is locked by another process, and its file system cannot wait for the lock "
+                              "(no locks available, as on some NFS mounts); put the folder on a local disk")
+    assert busy == [True] and ran == []
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with flocked(tmp_path, exclusive=True, busy=lambda: busy.append(True)):
+        ran.append(True)
+    assert busy == [True] and ran == [True]

@@ -83,10 +83,11 @@ def take_lock(run_dir: Path, refusals: Refusals = RUN_DIR) -> Path:
 def flocked(folder: Path, *, exclusive: bool, busy: Callable[[], None]) -> Iterator[None]:
     """The block run holding ``flock`` of ``folder`` itself (its own open descriptor: no file of its own, so a reader
     needs no write access), shared or ``exclusive``: readers together, a writer alone.  Where another descriptor holds
-    it the other way, ``busy()`` is called first (it raises to refuse instead of waiting), then it waits.  A folder
-    that cannot be opened, or a file system without ``flock``, runs the block unheld (`take_lock` still keeps writers
-    apart).  On NFS a folder's ``flock`` is held on this machine alone (Linux's NFS client has no directory locks and
-    keeps them local): a process on another machine neither sees nor waits for it."""
+    it the other way, ``busy()`` is called first (it raises to refuse instead of waiting), then it waits; a wait the
+    file system fails is one line (`_wait_for`).  A folder that cannot be opened, or a file system without ``flock``,
+    runs the block unheld (`take_lock` still keeps writers apart).  On NFS a folder's ``flock`` is held on this
+    machine alone (Linux's NFS client has no directory locks and keeps them local): a process on another machine
+    neither sees nor waits for it."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
@@ -98,13 +99,24 @@ def flocked(folder: Path, *, exclusive: bool, busy: Callable[[], None]) -> Itera
                 fcntl.flock(fd, mode | fcntl.LOCK_NB)
             except BlockingIOError:
                 busy()
-                fcntl.flock(fd, mode)
+                _wait_for(fd, mode, folder)
             except OSError:  # ENOLCK, EBADF: some network file systems
                 pass
         yield
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def _wait_for(fd: int, mode: int, folder: Path) -> None:
+    """The blocking ``flock`` after another process was found holding it; one line where the file system fails it
+    (ENOLCK: some NFS mounts lend no lock to wait on): going on unheld would read or write beside that process."""
+    try:
+        fcntl.flock(fd, mode)
+    except OSError as err:
+        raise ConfigError(f"{folder} is locked by another process, and its file system cannot wait for the lock "
+                          f"({(err.strerror or str(err)).lower()}, as on some NFS mounts); put the folder on a local "
+                          "disk") from None
 
 
 def lock_refusal(run_dir: str | Path, refusals: Refusals = RUN_DIR) -> str | None:
