@@ -56,12 +56,26 @@ def plural(count, noun: str, spec: str = "") -> str:
 
 def brief(err: BaseException, limit: int = 120) -> str:
     """``err``'s text on one line (its whitespace collapsed) for a message that quotes it: whole where it has at most
-    ``limit`` characters, else cut at the end of a word within them and followed by " ..." (not mid-word)."""
+    ``limit`` characters, else its words that fit, cut at the end of a word (not mid-word), and " ...".  A last word
+    that is a path (it holds a "/": an OSError's file, a URI) is kept after the " ... ": the words before it cut to
+    leave it room, down to half the limit, then the path cut from its front, so that its file's name survives."""
     text = " ".join(str(err).split())
     if len(text) <= limit:
         return text
-    head = text[:limit + 1].rsplit(" ", 1)[0] if " " in text[:limit + 1] else text[:limit]
-    return f"{head} ..."
+    rest, _, last = text.rpartition(" ")
+    if "/" not in last:
+        return f"{_words(text, limit)} ..."
+    head = _words(rest, max(limit - len(last) - 1, limit // 2))
+    tail = last[-(limit - len(head) - 1):]
+    return f"{head} ... {tail}" if head else f"... {tail}"
+
+
+def _words(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters: whole, or cut at the end of a word (mid-word only where its first word is
+    longer)."""
+    if len(text) <= limit:
+        return text
+    return text[:limit + 1].rsplit(" ", 1)[0] if " " in text[:limit + 1] else text[:limit]
 
 
 def say(line: str) -> None:

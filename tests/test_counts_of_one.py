@@ -28,6 +28,26 @@ def test_brief_quotes_an_errors_text_on_one_line_and_cuts_it_at_a_word():
     assert brief(ValueError("abc defg hij"), 12) == "abc defg hij"
 
 
+def test_brief_keeps_a_last_word_that_is_a_path(tmp_path):
+    """An OSError's text ends in its file: cut at the last space, "[Errno 21] Is a directory: ..." lost the name.  The
+    words before a path now make room for it (down to half the limit), and a path longer than that keeps its end."""
+    name = "run_of_the_second_rack/alpha_beta.json"
+    err = IsADirectoryError(21, "Is a directory", f"/home/user/experiments/{name}")
+    assert brief(FileNotFoundError(2, "No such file or directory", "data/a9a.txt"), 30) == \
+        "[Errno 2] No ... 'data/a9a.txt'"  # the words cut, the path whole
+    assert brief(err, 75) == f"[Errno 21] Is a directory: ... eriments/{name}'"  # the path's front cut
+    assert brief(err, 20) == "[Errno 21] ... eta.json'"
+    assert brief(ValueError("see /a/b.png now"), 12) == "see /a/b.png ..."  # a path not last: cut at a word
+    path = tmp_path / ("calibrations_of_machine_a_in_the_second_rack_" * 2) / "alpha_beta.json"
+    path.mkdir(parents=True)
+    from dane.comm.cost import AlphaBeta
+
+    with pytest.raises(ConfigError) as refused:
+        AlphaBeta.load(path)
+    assert f"is not a calibration file ([Errno 21] Is a directory: ... " in str(refused.value)
+    assert "_second_rack_/alpha_beta.json'); re-run `dane calibrate` to remake it" in str(refused.value)
+
+
 def test_a_one_round_run_says_round(capsys):
     """rounds=1: the run said "stop: 1 rounds" and "after 1 rounds"."""
     rng = np.random.default_rng(0)
