@@ -18,6 +18,7 @@ checkout (``scripts/bench*.py``), not part of the installed package.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import runpy
 import sys
@@ -26,6 +27,10 @@ from pathlib import Path
 from dane.errors import UserError, say
 from dane.layout import CHECKOUT, scripts_in
 from dane.records.provenance import set_entry_command
+
+#: the modules whose run is one process where no launcher started it: a SIGTERM stops it as a Ctrl-C does from the
+#: start, its imports included (`run_module`)
+RUNS = ("dane.experiments.train", "dane.experiments.simulate")
 
 #: command -> (module run as __main__, what it does)
 MODULES = {
@@ -69,20 +74,32 @@ def usage() -> str:
 
 
 def run_module(module: str, prog: str, args: list[str]) -> None:
-    """``python -m module args``, in this process (sys.argv as the module would see it)."""
+    """``python -m module args``, in this process (sys.argv as the module would see it).  A Ctrl-C the run does not
+    take (in the imports, say) is one line and exit status 130; so is a SIGTERM to a run of `RUNS` in a process of
+    its own (143), from before its imports (`dane.loop.faults.sigterm_as_ctrl_c`, which the run takes over)."""
     if CHECKOUT is not None and str(CHECKOUT) not in sys.path:
         # as python -m from the checkout's root: Hydra lists the launchers in hydra_plugins/ only through
         # sys.path (an editable install's import hook does not list a namespace package's modules)
         sys.path.insert(0, str(CHECKOUT))
     sys.argv = [prog, *args]
     set_entry_command([*prog.split(), *args], prog)  # runpy replaces argv[0] with the module's file
-    try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-    except KeyboardInterrupt as exc:  # a Ctrl-C the run did not take (in the imports, say): one line, status 130
-        if isinstance(exc, SystemExit):  # the run's own (`dane.loop.faults.RunInterrupted`): its line is said
-            raise
-        say(f"{prog}: interrupted")
-        sys.exit(130)
+    stops = contextlib.nullcontext()
+    if module in RUNS:
+        from dane.comm import detect_launcher
+        from dane.loop.faults import sigterm_as_ctrl_c
+
+        stops = sigterm_as_ctrl_c() if detect_launcher()[0] == "local" else stops
+    with stops:
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        except KeyboardInterrupt as exc:  # a Ctrl-C (or that SIGTERM) the run did not take: one line
+            if isinstance(exc, SystemExit):  # the run's own (`dane.loop.faults.RunInterrupted`): its line is said
+                raise
+            from dane.loop.faults import interrupted_by
+
+            by, code = interrupted_by()
+            say(f"{prog}: interrupted" + ("" if by == "interrupted" else f" by {by}"))
+            sys.exit(code)
 
 
 def figure_names() -> list[str]:

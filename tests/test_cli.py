@@ -227,3 +227,47 @@ def test_a_command_collects_once_at_exit_then_freezes_what_is_left(monkeypatch):
         gc.enable()
     assert finalized == [True]
     assert older == [0, 0] and frozen > 0
+
+
+def test_a_sigterm_in_a_plain_runs_imports_is_one_line_and_status_143(monkeypatch, capsys):
+    """`dane simulate ...` (or python -m dane.experiments.cli) SIGTERMed in its first second, while it imports torch
+    and Hydra, ended silently with status 143: the run's own handling (`dane.loop.faults.sigterm_as_ctrl_c`) was not
+    set yet.  The entry point now takes SIGTERM as a Ctrl-C from before the module's imports (the module's run, as
+    `runpy` starts it, replaced here by one that is SIGTERMed at once), and puts the previous handler back; under a
+    launcher it leaves SIGTERM to the launched worker (`dane.comm.launcher_signals`)."""
+    import os
+    import runpy
+    import signal
+    import time
+
+    from dane.experiments import cli
+    from dane.records import provenance
+
+    def not_taken(signum, frame):
+        raise AssertionError("the entry point did not take SIGTERM")
+
+    def sigtermed(module, **kwargs):  # the module's imports, SIGTERMed
+        assert signal.getsignal(signal.SIGTERM) is not not_taken
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises here
+        raise AssertionError("SIGTERM was not taken")
+
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(provenance, "_entry_command", provenance._entry_command)  # the command main records
+    monkeypatch.setattr(provenance, "_entry_prog", provenance._entry_prog)
+    monkeypatch.setattr(runpy, "run_module", sigtermed)
+    for name in ("HOROVOD_RANK", "RANK", "TORCHELASTIC_RUN_ID", "SLURM_STEP_ID"):
+        monkeypatch.delenv(name, raising=False)
+    previous = signal.signal(signal.SIGTERM, not_taken)  # not Python's default: that would end pytest
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            cli.main(["simulate", "workers=2"])
+        assert signal.getsignal(signal.SIGTERM) is not_taken  # put back
+        monkeypatch.setenv("HOROVOD_RANK", "1")  # a launched worker: untouched
+        seen = []
+        monkeypatch.setattr(runpy, "run_module", lambda module, **kwargs: seen.append(signal.getsignal(signal.SIGTERM)))
+        cli.main(["train", "algorithm=gd"])
+        assert seen == [not_taken] and signal.getsignal(signal.SIGTERM) is not_taken
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert stopped.value.code == 143 and capsys.readouterr().err == "dane simulate: interrupted by SIGTERM\n"

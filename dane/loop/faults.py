@@ -14,7 +14,6 @@ import os
 import signal
 import threading
 
-from .checkpoint import CHECKPOINT_DIR
 from ..comm.launcher_signals import LauncherTerminated, exited_peers, stand_down
 from ..errors import WorkerLost
 
@@ -96,6 +95,8 @@ def inject_faults(faults: tuple[tuple[int, int], ...], rank: int | range | tuple
     kill_at = os.environ.get(TEST_KILL_ENV)
     if not faults and not kill_at:  # the common case, every round on every worker
         return
+    from .checkpoint import CHECKPOINT_DIR  # torch, imported at use: the entry point imports this module before it
+
     kill_rank = int(os.environ.get(TEST_KILL_RANK_ENV, 1))
     planned = [(r, w, "fault") for r, w in faults] + ([(int(kill_at), kill_rank, "kill")] if kill_at else [])
     ranks = (rank,) if isinstance(rank, int) else rank
