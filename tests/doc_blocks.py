@@ -170,9 +170,10 @@ def check_command(command: str, conf_dir: Path) -> None:
 
 
 def quoted_measurements(text: str) -> list[str]:
-    """Accuracies (.9840, 0.9831, 97.9%), durations (3m12s, 2.5 ms a call) and speed-ups (4.2x faster, a speedup of 3)
-    typed into a page.  "One 3× slower" is a setting (a straggler), so slower is not read as a speed-up."""
+    """Accuracies (.9840, 0.9831, 97.9%), durations (3m12s, 2.5 ms a call) and speed-ups (4.2x faster, a speedup of 3,
+    half as fast) typed into a page.  "One 3× slower" is a setting (a straggler), so slower is not read as a speed-up."""
     accuracies = re.findall(r"(?<![\w.])0?\.9\d{2,}\b|\b9\d\.\d%", text)
     durations = re.findall(r"\b\d+m\d+s\b|\b\d+(?:\.\d+)? ?(?:ms|µs|s) (?:a|per) (?:round|call)\b", text)
-    speedups = re.findall(r"\b\d+(?:\.\d+)? ?(?:x|×|times) faster\b|\bspeed-?ups? of (?:about |~)?\d", text, re.I)
+    speedups = re.findall(r"\b\d+(?:\.\d+)? ?(?:x|×|times) faster\b|\bspeed-?ups? of (?:about |~)?\d"
+                          r"|\b(?:half|twice|\d+(?:\.\d+)? ?(?:x|×|times)) as fast\b", text, re.I)
     return accuracies + durations + speedups

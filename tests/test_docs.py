@@ -248,6 +248,7 @@ def test_no_page_quotes_measured_results(path):
 
 def test_the_measurement_check_reads_typed_speed_ups_not_settings():
     assert quoted_measurements("np 2 is 1.8x faster here, a speedup of 3") == ["1.8x faster", "speedup of 3"]
+    assert quoted_measurements("grouped ones were about half as fast, 2x as fast") == ["half as fast", "2x as fast"]
     assert quoted_measurements("3 workers with one 3× slower; μ ×4; within 1.5× the rounds of the best") == []
 
 
