@@ -454,9 +454,21 @@ def check_memory(problem, workers: int, simulated: bool, batched: bool = False,
                           max(data + hessians, optimum), parts, fix)
 
 
+#: record keys that fall as a run improves: watched under early_stop.mode=max they stop it at once, or never
+FALLING = ("loss", "objective", "suboptimality", "grad_norm")
+
+
 def stop_rule(cfg: DictConfig, tol: float | None) -> StopRule:
     early = cfg.get("early_stop") or {}
     patience, target = early.get("patience"), early.get("target")
+    monitor, mode = str(early.get("monitor", "test_accuracy")), early.get("mode", "max")
+    target = None if target is None else float(checks.nonnegative("early_stop.target", target))
+    if (patience is not None or target is not None) and mode == "max" and monitor.endswith(FALLING):
+        raise ConfigError(f"early_stop.monitor={monitor} falls as the run improves, but early_stop.mode=max "
+                          f"(higher is better); add early_stop.mode=min")
+    if target is not None and monitor.endswith("accuracy") and target > 1:
+        raise ConfigError(f"early_stop.target={target} for {monitor}: an accuracy lies in [0, 1]; "
+                          f"e.g. early_stop.target=0.97")
     return StopRule(
         rounds=checks.count("rounds", cfg.rounds, ROUNDS_ZERO),
         tol=tol,
@@ -464,10 +476,10 @@ def stop_rule(cfg: DictConfig, tol: float | None) -> StopRule:
         diverge_after=None if cfg.get("diverge_after", 5) is None else
         checks.positive_int("diverge_after", cfg.get("diverge_after", 5)),
         patience=None if patience is None else checks.positive_int("early_stop.patience", patience),
-        monitor=str(early.get("monitor", "test_accuracy")),
+        monitor=monitor,
         min_delta=checks.nonnegative("early_stop.min_delta", early.get("min_delta", 0.0)),
-        target=None if target is None else float(checks.nonnegative("early_stop.target", target)),
-        mode=checks.one_of("early_stop.mode", early.get("mode", "max"), ("max", "min")),
+        target=target,
+        mode=checks.one_of("early_stop.mode", mode, ("max", "min")),
     )
 
 

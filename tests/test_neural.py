@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -315,6 +316,26 @@ def test_early_stopping_on_a_loss_watches_it_fall():
     same = EarlyStopping(StopRule(monitor="test_loss", patience=2))
     same.load_state_dict(before.state_dict())
     assert (same.best, same.best_round) == (2.0, 0)  # the same mode: the best so far carries on
+
+
+@pytest.mark.parametrize("early,expected,fix", [
+    ({"monitor": "test_loss", "target": 0.3}, "early_stop.monitor=test_loss falls as the run improves, but "
+     "early_stop.mode=max (higher is better); add early_stop.mode=min", {"mode": "min"}),
+    ({"monitor": "objective", "patience": 2}, "early_stop.monitor=objective falls as the run improves", {"mode": "min"}),
+    ({"target": 1.5}, "early_stop.target=1.5 for test_accuracy: an accuracy lies in [0, 1]", {"target": 0.97}),
+])
+def test_an_early_stop_that_would_fire_at_once_or_never_is_refused(early, expected, fix):
+    """`early_stop.monitor=test_loss early_stop.target=0.3` without mode=min stopped at round 0 (2.3 >= 0.3) with
+    target_reached and exit 0; an accuracy target above 1 ran every round. Both are refused before the run."""
+    from omegaconf import OmegaConf
+
+    from dane.run_config import stop_rule
+
+    with pytest.raises(ConfigError, match="^" + re.escape(expected)):
+        stop_rule(OmegaConf.create({"rounds": 3, "early_stop": early}), None)
+    rule = stop_rule(OmegaConf.create({"rounds": 3, "early_stop": {**early, **fix}}), None)
+    assert (rule.monitor, rule.mode, rule.target) == (early.get("monitor", "test_accuracy"), fix.get("mode", "max"),
+                                                      fix.get("target", early.get("target")))
 
 
 # ---------------------------------------------------------------- configs and errors
