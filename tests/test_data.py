@@ -123,6 +123,7 @@ def test_mnist_missing_dir_lists_expected_files(tmp_path):
         load_dataset("mnist", data_dir=tmp_path / "nowhere", seed=0)
     message = str(err.value)
     assert "does not exist" in message and "\n" not in message
+    assert message.endswith("; point data_dir=<folder> (or DANE_DATA_DIR) at the folder that holds the files")
     for name in MNIST_NAMES["train"] + MNIST_NAMES["t10k"]:
         assert name in message
 
@@ -184,6 +185,7 @@ def test_cifar_missing_lists_expected_files(tmp_path):
         load_dataset("cifar10", data_dir=tmp_path, seed=0)
     for name in ["cifar-10-batches-py", "data_batch_1", "data_batch_5", "test_batch"]:
         assert name in str(err.value)
+    assert str(err.value).endswith("; point data_dir=<folder> (or DANE_DATA_DIR) at the folder that holds the files")
 
 
 def test_cifar_malformed_batch_is_a_data_error(tmp_path):
@@ -251,7 +253,8 @@ def test_admissions_malformed_is_a_data_error(tmp_path, content, message):
 
 
 def test_admissions_missing_is_a_data_error(tmp_path):
-    with pytest.raises(DataError, match="admissions.csv"):
+    with pytest.raises(DataError, match=r"admissions.csv .* in data_dir; point data_dir=<folder> \(or DANE_DATA_DIR\) "
+                                        r"at the folder that holds the files$"):
         load_dataset("admissions", data_dir=tmp_path, seed=0)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dane.data.dataset import Dataset, to_dataset
+from dane.data.dataset import DATA_DIR_FIX, Dataset, to_dataset
 from dane.errors import DataError
 
 FOLDER = "cifar-10-batches-py"
@@ -33,7 +33,7 @@ def _locate(data_dir: Path) -> Path:
     raise DataError(
         f"data_dir {data_dir} {problem}; expected {FOLDER}/ with "
         f"{', '.join(TRAIN_BATCHES)}, {TEST_BATCH} (the CIFAR-10 python version), "
-        "in data_dir or as data_dir itself"
+        f"in data_dir or as data_dir itself; {DATA_DIR_FIX}"
     )
 
 

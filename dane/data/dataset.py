@@ -13,6 +13,10 @@ import numpy as np
 import torch
 
 
+#: the fix a missing data file's one line names (conf/config.yaml: data_dir: ${oc.env:DANE_DATA_DIR,../shared/data})
+DATA_DIR_FIX = "point data_dir=<folder> (or DANE_DATA_DIR) at the folder that holds the files"
+
+
 @dataclass
 class Dataset:
     """A train/test pair of tensors: ``x`` float32, ``y`` int64 class indices.

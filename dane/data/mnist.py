@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dane.data.dataset import Dataset, stratified_split, to_dataset
+from dane.data.dataset import DATA_DIR_FIX, Dataset, stratified_split, to_dataset
 from dane.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def _locate(data_dir: Path) -> tuple[Path, dict[str, Path]]:
     problem = "has no MNIST files" if data_dir.is_dir() else "does not exist"
     raise DataError(
         f"data_dir {data_dir} {problem}; expected {', '.join(TRAIN_FILES + TEST_FILES)} "
-        "(or just the t10k pair) in it or in its mnist/ subfolder"
+        f"(or just the t10k pair) in it or in its mnist/ subfolder; {DATA_DIR_FIX}"
     )
 
 

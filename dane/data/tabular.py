@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 import numpy as np
-from dane.data.dataset import Dataset, standardize, stratified_split, to_dataset
+from dane.data.dataset import DATA_DIR_FIX, Dataset, standardize, stratified_split, to_dataset
 from dane.data.table import not_utf8
 from dane.errors import DataError
 
@@ -62,7 +62,7 @@ def read_admissions(path: Path) -> tuple[np.ndarray, np.ndarray]:
     if not path.is_file():
         raise DataError(
             f"{path} does not exist; the admissions dataset expects {ADMISSIONS_FILE} "
-            f"(header {','.join(ADMISSIONS_HEADER)}) in data_dir"
+            f"(header {','.join(ADMISSIONS_HEADER)}) in data_dir; {DATA_DIR_FIX}"
         )
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
