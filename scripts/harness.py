@@ -7,12 +7,16 @@ import argparse
 import math
 import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from dane import checks
+
+#: scripts/, where the sections' modules are
+FOLDER = Path(__file__).resolve().parent
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,15 @@ class Bench:
     resumable: bool = False
     sections: Callable[[argparse.Namespace], list[str]] | None = None
     json: bool = True
+
+    def __post_init__(self) -> None:
+        """``python scripts/bench_X.py`` defined its section and exited 0 having run nothing: refused in one line."""
+        main = sys.modules.get("__main__")
+        file = Path(getattr(main, "__file__", None) or ".")
+        if getattr(main, "__spec__", None) is None and file.parent.resolve() == FOLDER and file.stem != "bench":
+            sys.stderr.write(f"error: {file} is a section of the benchmarks' runner, which does not run as a file; "
+                             f"run python -m scripts.bench {file.stem.removeprefix('bench_')} [--help]\n")
+            raise SystemExit(2)
 
 
 def option(*flags: str, **kwargs: Any) -> tuple[tuple[str, ...], dict]:

@@ -232,3 +232,21 @@ def test_batched_device_refuses_thread_workers_that_do_not_deal_equal_shards(tmp
     assert not out.exists()
     default = next(kw["default"] for flags, kw in bench_batched.BENCH.options if flags == ("--thread-workers",))
     assert 10_000 % default == 0 and 100_000 % default == 0
+
+
+@pytest.mark.parametrize("main,refused", [("scripts/bench_cuda.py", "cuda"),
+                                          ("scripts/time_vs_workers.py", "time_vs_workers"), ("scripts/bench.py", None)])
+def test_a_section_run_as_a_file_is_refused_in_one_line(main, refused, monkeypatch, capsys):
+    """`python scripts/bench_cuda.py --only baseline` (docs/neural_networks.md names the file) defined its section
+    and exited 0 having run nothing; the runner itself, `python scripts/bench.py cuda`, is not refused."""
+    module = type(sys)("__main__")
+    module.__file__, module.__spec__ = str(harness.FOLDER.parent / main), None
+    monkeypatch.setitem(sys.modules, "__main__", module)
+    if refused is None:
+        assert harness.Bench("cuda", lambda run: {}, "doc").key == "cuda"
+        return
+    with pytest.raises(SystemExit) as exit_:
+        harness.Bench("cuda", lambda run: {}, "doc")
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (f"error: {module.__file__} is a section of the benchmarks' runner, which does "
+                                       f"not run as a file; run python -m scripts.bench {refused} [--help]\n")

@@ -321,7 +321,8 @@ def test_early_stopping_on_a_loss_watches_it_fall():
 @pytest.mark.parametrize("early,expected,fix", [
     ({"monitor": "test_loss", "target": 0.3}, "early_stop.monitor=test_loss falls as the run improves, but "
      "early_stop.mode=max (higher is better); add early_stop.mode=min", {"mode": "min"}),
-    ({"monitor": "objective", "patience": 2}, "early_stop.monitor=objective falls as the run improves", {"mode": "min"}),
+    ({"monitor": "objective", "patience": 2}, "early_stop.monitor=objective falls as the run improves",
+     {"mode": "min"}),
     ({"target": 1.5}, "early_stop.target=1.5 for test_accuracy: an accuracy lies in [0, 1]", {"target": 0.97}),
 ])
 def test_an_early_stop_that_would_fire_at_once_or_never_is_refused(early, expected, fix):
