@@ -423,3 +423,18 @@ def test_torchrun_a_killed_agent_or_server_is_one_line_and_resume_auto_finishes_
         assert abs(real["objective"] - simulated["objective"]) <= 1e-10
         assert real["bytes_sent"] == simulated["bytes_sent"]
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["resumed_from_round"] == 2
+
+
+@pytest.mark.parametrize("epochs,said", [(1, "after 1 epoch,"), (3, "after 3 epochs,")])
+def test_the_closing_line_counts_epochs_in_words(epochs, said, capsys):
+    """`torchrun ... algorithm=split ... rounds=1` closed with 'max_rounds after 1 epochs'."""
+    from types import SimpleNamespace
+
+    from dane.split.run import SplitClosingLine
+
+    spec = SimpleNamespace(algorithm=SimpleNamespace(schedule="sequential"), problem=SimpleNamespace(name="digits_mlp"))
+    loop = SimpleNamespace(spec=spec, algo=SimpleNamespace(info={"cut": "net.2"}), comm=SimpleNamespace(size=3),
+                           status="max_rounds", records=[{"round": epochs, "test_accuracy": 0.5}], out_dir=None)
+    SplitClosingLine().on_end(loop, {"backend": "simulator", "total_bytes": 8, "time_s": 0.25})
+    assert capsys.readouterr().out == (f"split (sequential, cut net.2) on digits_mlp, 3 agent(s), simulator: max_rounds "
+                                       f"{said} test accuracy 0.5000, 8 bytes sent, 0.250 s\n")

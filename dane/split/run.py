@@ -20,7 +20,7 @@ from ..comm.launcher_signals import LauncherTerminated
 from ..comm.tail import ALPHA_BETA_ONLY
 from ..records.confusion import write_confusion
 from ..loop.driver import Loop, drive as run_loop
-from ..errors import ConfigError
+from ..errors import ConfigError, plural
 from ..loop.faults import inject_faults, worker_lost
 from .links import DistLink, SimLink
 from .training import CHECKPOINT, STOP, SplitClock, SplitRun, build_parties, follow, load_agents
@@ -177,6 +177,6 @@ class SplitClosingLine(Callback):
     def on_end(self, loop, summary: dict) -> None:
         spec, last = loop.spec, loop.records[-1]
         print(f"split ({spec.algorithm.schedule}, cut {loop.algo.info['cut']}) on {spec.problem.name}, "
-              f"{loop.comm.size} agent(s), {summary['backend']}: {loop.status} after {last['round']} epochs, "
+              f"{loop.comm.size} agent(s), {summary['backend']}: {loop.status} after {plural(last['round'], 'epoch')}, "
               f"test accuracy {last['test_accuracy']:.4f}, {summary['total_bytes']} bytes sent, "
               f"{summary['time_s']:.3f} s" + (f" -> {loop.out_dir}" if loop.out_dir else ""), flush=True)
