@@ -135,7 +135,8 @@ def build_model(
         if len(in_shape) != 3 or in_shape[1:] != (32, 32):
             raise ConfigError(
                 f"model {name} needs C x 32 x 32 images, got in_shape {in_shape}; "
-                "use mnist with pad_to_32=true or cifar10, or model mlp/logreg for flat features"
+                "use mnist with pad_to_32=true or cifar10, flat square features (digits) with "
+                "problem.data.image_size=32, or model mlp/logreg for flat features"
             )
         model_class = LeNet3 if name == "lenet3" else LeNet5
         return model_class(in_channels=in_shape[0], num_classes=num_classes)

@@ -79,6 +79,10 @@ def test_build_model_errors_name_the_fix():
         build_model("resnet", in_shape=(64,), num_classes=10)
     with pytest.raises(ConfigError, match="needs C x 32 x 32 images, got in_shape \\(1, 28, 28\\)"):
         build_model("lenet5", in_shape=(1, 28, 28), num_classes=10)
+    # docs/neural_networks.md's data@problem.data=digits under a LeNet problem: the fix digits_lenet5 uses
+    with pytest.raises(ConfigError, match="got in_shape \\(64,\\); .* flat square features \\(digits\\) with "
+                                          "problem.data.image_size=32, or model mlp/logreg"):
+        build_model("lenet5", in_shape=(64,), num_classes=10)
     with pytest.raises(ConfigError, match="num_classes must be >= 2, got 1"):
         build_model("logreg", in_shape=(4,), num_classes=1)
     with pytest.raises(ConfigError, match="model.hidden must be >= 1, got 0"):
