@@ -215,7 +215,8 @@ def test_an_adaptive_lambda_s_local_steps_record_the_step_each_round_took():
     λ) (`local_step`), so the step moves with λ, which the summary's defaults give at the starting λ alone: each
     record now carries its round's ``lr``.  Reference: with one local step every client's x_i is v − lr ∇O(v) (the
     h_i average out), so an accepted round sets x = v − lr ∇O(v), v ← (v + aμx − a∇O(x))/(1 + aμ) with a = 1/λ, and
-    a rejected one keeps both; the iterates follow from the records' lr, λ and ``accepted`` to round-off."""
+    a rejected one keeps both; the iterates follow from the records' lr, λ and ``accepted`` to round-off.  An exact
+    solve takes no steps: its records carry no ``lr``."""
     problems = [LOGREG.build(rank, 2, torch.float64) for rank in range(2)]
     algo, records, ws = simulate(SDANEConfig(lam=0.5, adaptive=True, local_solver="steps", local_steps=1),
                                  problems, 4)[0]
@@ -234,6 +235,8 @@ def test_an_adaptive_lambda_s_local_steps_record_the_step_each_round_took():
             w = v - record["lr"] * grad(v)
             v = (v + a * mu * w - a * grad(w)) / (1.0 + a * mu)
         torch.testing.assert_close(ws[r + 1], w, rtol=0, atol=1e-13)
+    _, exact, _ = simulate(SDANEConfig(lam=0.5, adaptive=True, local_solver="cholesky"), problems, 2)[0]
+    assert not any("lr" in r for r in exact)  # no local steps, no step to record (1/(0 + λ) was recorded as one)
 
 
 def svrg_logreg(**keys):

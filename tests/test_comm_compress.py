@@ -255,10 +255,14 @@ def test_a_reference_optimum_changes_no_method_bits_and_adds_its_bytes(name):
     """The logged metrics ride the round's allreduce but are the run's measurement (`METRICS`): the records with
     suboptimality carry the same ``uplink_bits`` and ``downlink_bits`` as those without, round by round, while
     ``bytes_sent`` prices the metrics on the wire (more with the optimum's, fewer where no gradient then rides for
-    grad_norm).  Before, each logged metric added 64 bits each way a round."""
+    grad_norm).  Before, each logged metric added 64 bits each way a round.  Every record with the optimum holds the
+    suboptimality of its objective (FedNL-LS's, whose objective is its own message, too)."""
     method = name.removesuffix("_paper").removesuffix("_ls")
     plain, measured = (measured_records(method, optimum, **MEASURING[name]) for optimum in ("none", "auto"))
-    assert "suboptimality" in measured[-1] and "suboptimality" not in plain[-1]
+    assert not any("suboptimality" in r for r in plain)
+    optimum = measured[0]["objective"] - measured[0]["suboptimality"]  # every record's O(w) − O*, the same O*
+    gaps = [r["objective"] - r["suboptimality"] for r in measured]
+    assert gaps == pytest.approx([optimum] * len(measured), rel=0, abs=1e-14)
     assert len(plain) == len(measured) >= 2
     for key in ("uplink_bits", "downlink_bits"):
         assert [r[key] for r in measured] == [r[key] for r in plain], key

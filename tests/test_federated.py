@@ -350,6 +350,24 @@ def test_scaffnew_refuses_client_sampling_in_one_line():
         ScaffnewConfig(clients_per_round=2)
 
 
+@pytest.mark.parametrize("config, keys, line", [
+    (SDANEConfig, {"local_steps": 0}, "algorithm.local_steps must be a positive integer, got 0"),
+    (ScaffoldConfig, {"local_steps": 1.5}, "algorithm.local_steps must be a positive integer, got 1.5"),
+    (SDANEConfig, {"local_solver": "newton"},
+     "algorithm.local_solver must be one of problem|steps|cholesky|cg|svrg|lbfgs, got 'newton'"),
+    (FedProxConfig, {"lr": 0.0}, "algorithm.lr must be > 0, got 0.0"),
+    (ScaffoldConfig, {"power_iters": 0}, "algorithm.power_iters must be a positive integer, got 0"),
+    (ScaffnewConfig, {"lr": -1.0}, "algorithm.lr must be > 0, got -1.0"),
+    (ScaffnewConfig, {"power_iters": 0}, "algorithm.power_iters must be a positive integer, got 0"),
+])
+def test_the_local_solve_keys_are_checked_in_one_line(config, keys, line):
+    """`LocalKeys` (solver, lr, power_iters), which Scaffnew takes alone, and `LocalSolveKeys`, which adds
+    ``local_steps``: each key is checked when the config is made, by both."""
+    with pytest.raises(ConfigError) as err:
+        config(**keys)
+    assert str(err.value) == line
+
+
 def size_sampled_spec(*overrides: str):
     """The run spec of ``overrides`` over 4 workers with algorithm.sampling=size, as ``dane train`` checks it."""
     return run_spec(composed("problem.n_samples=240", "problem.dim=12", "workers=4", "algorithm.sampling=size",
