@@ -96,6 +96,21 @@ def composed(*overrides: str, name: str = "config", hydra: bool = False):
         return compose(name, overrides=list(overrides), return_hydra_config=hydra)
 
 
+def flock_waits(folder: Path, mode: int) -> bool:
+    """Whether an ``flock`` of ``folder`` in ``mode`` (fcntl.LOCK_SH or LOCK_EX) would wait now: another descriptor
+    holds it the other way (`dane.records.lock.flocked`)."""
+    import fcntl
+
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def unused_pid() -> int:
     """A pid no process has now (no /proc entry): a process that has exited, as a stale lock's owner is,
     without starting and reaping one.  Counted down from the kernel's pid_max, which pids reach last."""

@@ -30,7 +30,7 @@ from dane.data.mongo_store import CHUNK_SIZE, Store, connect, server_database  #
 from dane.errors import ConfigError, DataError  # noqa: E402
 from dane.experiments.data import parser, push  # noqa: E402
 import runs  # noqa: E402
-from helpers import REPO, composed, env  # noqa: E402
+from helpers import REPO, composed, env, flock_waits  # noqa: E402
 
 
 def push_args(*argv: str) -> Namespace:
@@ -886,6 +886,38 @@ def test_a_push_waits_for_a_run_reading_the_store_and_a_run_reading_while_a_push
                                   f"wait for that push to end, then run again (remove {tmp_path / '.lock'} if no push "
                                   "uses the store)")
     assert run.images(np.array([2]))[1].tolist() == [0.0]
+
+
+def test_a_read_holds_the_store_shared_and_a_push_exclusive_and_a_read_beside_a_push_is_refused(tmp_path):
+    """`mongo_store.reading` and `pushing` on the folder's ``flock`` (`dane.records.lock.flocked`), in one thread: a
+    read holds it shared (a second read would not wait, a push would), a push exclusively; a read that finds it held
+    while a push's lock is live is refused with `push_refusal`'s line at once.  (A timer ends the other hold after
+    2 s where the read waits instead: no hang.)"""
+    import fcntl
+    import threading
+    from types import SimpleNamespace
+
+    uri = str(tmp_path)
+    with mongo_store.reading(uri):
+        assert flock_waits(tmp_path, fcntl.LOCK_EX) and not flock_waits(tmp_path, fcntl.LOCK_SH)
+    with mongo_store.pushing(SimpleNamespace(embedded=True, uri=uri), waiting=pytest.fail):
+        assert flock_waits(tmp_path, fcntl.LOCK_SH)
+    assert not flock_waits(tmp_path, fcntl.LOCK_EX) and not (tmp_path / ".lock").exists()
+    (tmp_path / ".lock").write_text(f"{socket.gethostname()} {os.getpid()}")  # a live push's lock: this process
+    push = os.open(tmp_path, os.O_RDONLY)
+    ends = threading.Timer(2.0, fcntl.flock, (push, fcntl.LOCK_UN))
+    try:
+        fcntl.flock(push, fcntl.LOCK_EX)
+        ends.start()
+        with pytest.raises(DataError) as refused, mongo_store.reading(uri):
+            pass
+    finally:
+        ends.cancel()
+        ends.join()
+        os.close(push)
+    assert str(refused.value) == (f"store {uri} is being written by a push ({socket.gethostname()} pid {os.getpid()}); "
+                                  f"wait for that push to end, then run again (remove {tmp_path / '.lock'} if no push "
+                                  "uses the store)")
 
 
 def test_softmax_by_id_counts_the_stored_data_sets_classes_on_a_shard_that_lacks_some(files, tmp_path):

@@ -15,6 +15,7 @@ from dane.records import results
 from dane.errors import ConfigError
 from dane.records.lock import LOCK_FILE, OWNERLESS_STALE_S, take_lock
 from dane.records.results import RunWriter
+from helpers import flock_waits
 
 
 def full_disk(monkeypatch, after: int = 0):
@@ -102,6 +103,42 @@ def test_an_ownerless_lock_is_named_with_its_fix_while_young_and_taken_over_when
     old = time.time() - OWNERLESS_STALE_S - 1
     os.utime(lock, (old, old))
     assert take_lock(tmp_path).read_text() == f"{socket.gethostname()} {os.getpid()}"
+
+
+def test_flocked_holds_readers_together_and_a_writer_alone_after_saying_it_waits(tmp_path):
+    """`dane.records.lock.flocked` in one thread: a shared hold runs beside another shared one, without ``busy``; an
+    exclusive one beside a reader calls ``busy`` first (here it ends that read), then waits and holds the folder
+    alone; after a block nothing is held.  (A timer ends the read after 2 s where ``busy`` is not called: no hang.)"""
+    import fcntl
+    import threading
+
+    from dane.records.lock import flocked
+
+    def refuse():
+        raise AssertionError("busy, where nothing holds the folder the other way")
+
+    with flocked(tmp_path, exclusive=False, busy=refuse):
+        assert flock_waits(tmp_path, fcntl.LOCK_EX) and not flock_waits(tmp_path, fcntl.LOCK_SH)
+    assert not flock_waits(tmp_path, fcntl.LOCK_EX)
+    reader, said = os.open(tmp_path, os.O_RDONLY), []
+    ends = threading.Timer(2.0, fcntl.flock, (reader, fcntl.LOCK_UN))
+    try:
+        fcntl.flock(reader, fcntl.LOCK_SH)
+        with flocked(tmp_path, exclusive=False, busy=refuse):
+            pass
+
+        def busy():
+            said.append("busy")
+            fcntl.flock(reader, fcntl.LOCK_UN)  # the other read ends: the writer's wait ends with it
+
+        ends.start()
+        with flocked(tmp_path, exclusive=True, busy=busy):
+            assert said == ["busy"] and flock_waits(tmp_path, fcntl.LOCK_SH)
+        assert not flock_waits(tmp_path, fcntl.LOCK_SH)
+    finally:
+        ends.cancel()
+        ends.join()
+        os.close(reader)
 
 
 def test_a_lock_of_another_host_is_refused_with_the_fix(tmp_path):
