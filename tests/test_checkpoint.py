@@ -22,8 +22,8 @@ import torch
 
 from dane.loop import kinds
 from dane.loop.faults import SimulatedFault
-from dane.loop.checkpoint import (DAMAGED_FIX, checkpoint_path, committed, config_differences, load_checkpoint,
-                                  truncate_rounds)
+from dane.loop.checkpoint import (DAMAGED_FIX, checkpoint_path, committed, config_differences, kept_rounds,
+                                  load_checkpoint, truncate_rounds)
 from dane.comm import AlphaBeta
 from dane.comm.meters import StartUpLeftOut
 from dane.errors import ConfigError, OutputError
@@ -162,6 +162,7 @@ def test_the_parts_of_an_uncommitted_round_are_ignored(tmp_path, ran):
     ("extra", r"has parts of other ranks \(rank4.pt\)"),
     ("empty", r"checkpoint file \S+/round3/rank2.pt is empty"),
     ("truncated", r"checkpoint file \S+/round3/rank2.pt is truncated or corrupt"),
+    ("dangling", r"checkpoint file \S+/round3/rank2.pt cannot be read \(No such file or directory\)"),
 ])
 def test_an_inconsistent_or_damaged_checkpoint_is_one_line_before_anything_changes(tmp_path, damage, message, ran):
     run_dir = cut_run(ran, tmp_path)
@@ -172,11 +173,15 @@ def test_an_inconsistent_or_damaged_checkpoint_is_one_line_before_anything_chang
         shutil.copy(part, checkpoint_path(run_dir, 4, 3))
     elif damage == "empty":
         part.write_bytes(b"")
+    elif damage == "dangling":  # a link to a part that is gone
+        part.unlink()
+        part.symlink_to(part.with_name("gone.pt"))
     else:
         part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
     rounds_before = (run_dir / "rounds.jsonl").read_bytes()
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=message) as err:
         run_spec(composed(*SMALL_RIDGE, "rounds=6", f"resume={run_dir}"))
+    assert str(err.value).endswith(f"; {DAMAGED_FIX}")  # the fix that runs (removing checkpoint/ left the records)
     with pytest.raises(ConfigError, match=message):  # the Python API path checks too
         spec = run_spec(composed(*SMALL_RIDGE, "rounds=6"))
         execute(replace(spec, control=replace(spec.control, resume=str(run_dir))), None)
@@ -239,12 +244,14 @@ def test_an_unloadable_part_or_a_part_of_another_round_names_the_file(tmp_path, 
     meta = {"algorithm": "dane", "problem": "ridge_synthetic", "workers": 4, "rank": 1}
     with zipfile.ZipFile(part, "w") as f:  # a zip archive, but not one torch wrote
         f.writestr("junk.txt", "not a checkpoint")
-    with pytest.raises(ConfigError, match=r"checkpoint file \S+/round3/rank1.pt cannot be loaded"):
+    with pytest.raises(ConfigError, match=r"checkpoint file \S+/round3/rank1.pt cannot be loaded") as err:
         load_checkpoint(run_dir, 1, meta)
+    assert str(err.value).endswith(f"; {DAMAGED_FIX}")
     state = torch.load(checkpoint_path(run_dir, 0, 3), weights_only=True)
     torch.save({**state, "round": 2}, part)
-    with pytest.raises(ConfigError, match=r"rank1.pt is not round 3's part"):
+    with pytest.raises(ConfigError) as err:
         load_checkpoint(run_dir, 1, meta)
+    assert str(err.value) == f"checkpoint file {part} is not round 3's part; the checkpoint is inconsistent; {DAMAGED_FIX}"
     (run_dir / "checkpoint" / "COMMITTED").write_text("{\"round\": 3")
     with pytest.raises(ConfigError) as err:
         run_spec(composed(*SMALL_RIDGE, "rounds=6", f"resume={run_dir}"))
@@ -274,6 +281,19 @@ def test_a_torn_last_record_is_dropped_and_a_damaged_one_refused(tmp_path, ran):
     (run_dir / "rounds.jsonl").write_text("".join(lines[:2] + ["garbage\n"] + lines[2:]))
     with pytest.raises(ConfigError, match=r"rounds.jsonl line 3 is not a round record"):
         truncate_rounds(run_dir, 3)
+
+
+def test_a_log_that_lacks_rounds_the_checkpoint_needs_is_refused_with_the_fixes(tmp_path):
+    """`kept_rounds`: a log whose rounds before the checkpoint are not all there is refused, naming what it lacks or
+    where it is out of order, and the two ways on (resuming would drop those rounds from the log for good)."""
+    path = tmp_path / "rounds.jsonl"
+    fixes = f"the checkpoint at round 4 needs the records of rounds 0-3; restore the file to resume, or {DAMAGED_FIX}"
+    for rounds, where in (([0, 3, 4], "lacks rounds 1-2"), ([0, 1, 3], "lacks round 2"),
+                          ([0, 2, 1, 3], "holds rounds repeated or out of order")):
+        path.write_text("".join(f'{{"round": {r}}}\n' for r in rounds))
+        with pytest.raises(ConfigError) as err:
+            kept_rounds(path, 4)
+        assert str(err.value) == f"{path} {where}, and {fixes}"
 
 
 class FullDisk:
