@@ -230,6 +230,43 @@ def test_a_stopped_launch_is_sent_sigterm_then_its_group_sigkill(how, tmp_path, 
     assert (tmp_path / "launch.log").read_text().splitlines() == ["torchrun", "started"]
 
 
+class Terminated(Stopping):
+    """`Stopping` whose sweep gets SIGTERM while the launch runs: the handler the sweep holds then is called, as the
+    signal would call it (no signal is sent)."""
+
+    def output(self):
+        import signal
+
+        yield "started\n"
+        handler = signal.getsignal(signal.SIGTERM)
+        assert callable(handler), f"SIGTERM's handler during a launch: {handler!r}"  # the default ends the sweep alone
+        handler(signal.SIGTERM, None)
+
+
+def test_a_sigterm_to_the_sweep_stops_the_launch_and_ends_the_sweep_with_its_own_line_and_143(tmp_path, monkeypatch,
+                                                                                             capsys):
+    """A SIGTERM (a kill, a scheduler's time limit) during a launch is taken as a Ctrl-C (`sigterm_as_ctrl_c`): the
+    launch is stopped as on a Ctrl-C, and the sweep ends with status 143 and a line naming SIGTERM and the log (a
+    Ctrl-C's KeyboardInterrupt goes on to the cli's own line); the handler before the launch is back after it."""
+    import signal
+
+    from dane.experiments import launchers
+    from dane.loop.faults import RunInterrupted
+
+    before = signal.getsignal(signal.SIGTERM)
+    launch = Terminated()
+    launch.watch(monkeypatch, launchers)
+    with pytest.raises(KeyboardInterrupt) as stopped:  # a RunInterrupted is one; a bare one would stop pytest
+        launchers.TorchrunLauncher()._run(["torchrun"], tmp_path / "launch.log")
+    line = f"interrupted by SIGTERM; the running job's launch was stopped, its output is in {tmp_path / 'launch.log'}"
+    assert stopped.type is RunInterrupted and (stopped.value.code, str(stopped.value)) == (143, line)
+    assert capsys.readouterr().err.splitlines()[-1] == line
+    stop = launch.events.index(("signal", signal.SIGTERM))
+    assert launch.events[stop:stop + 3] == [("signal", signal.SIGTERM), ("wait", launchers.STOP_GRACE_S),
+                                            ("killpg", Stopping.pid, signal.SIGKILL)]
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 def launched_job(monkeypatch, job: Path, files: dict[str, str], overrides: list[str]):
     """The torchrun launcher, Hydra's current job ``job`` (under the sweep folder ``job.parent``, its ``overrides``)
     holding ``files`` (name -> text); returns the launcher and a function of the job's launch command."""
