@@ -7,12 +7,15 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
+from omegaconf import OmegaConf
 
 import dane
-from dane.data.files import CSVSource
+from dane.data.files import CSVSource, LibSVMSource, NPZSource, save_npz
 from dane.errors import ConfigError, DataError, brief, plural
-from dane.loop.resume import keep_unfinished
+from dane.loop.resume import finished_run, keep_unfinished, refuse_finished
 from dane.loop.stopping import StopRule
+from dane.numerics.inner import refuse_oversized
 from dane.sampling import ClientSampler
 
 
@@ -66,6 +69,12 @@ def test_the_notes_of_one_worker_one_row_and_one_feature(tmp_path):
     path = tmp_path / "one.csv"
     path.write_text("y,a\n1,2.5\n")
     assert CSVSource(str(path), target="y", standardize="none").load().notes[0] == f"read 1 row x 1 feature from {path}"
+    save_npz(tmp_path / "one.npz", sp.csr_matrix([[2.5]]), np.array([1.0]))
+    assert NPZSource(str(tmp_path / "one.npz")).load().notes[0] == \
+        f"read 1 row x 1 feature (sparse, 1 non-zero) from {tmp_path / 'one.npz'}"
+    (tmp_path / "one.svm").write_text("1 1:2.5\n")
+    assert LibSVMSource(str(tmp_path / "one.svm")).load().notes[0] == \
+        f"read 1 row x 1 feature (1 non-zero, sparse) from {tmp_path / 'one.svm'}"
 
 
 def test_refusals_whose_count_is_one():
@@ -75,6 +84,10 @@ def test_refusals_whose_count_is_one():
     stop = StopRule(rounds=10, monitor="objective", patience=1)
     assert stop.stopped_by("early_stopped", {"round": 3, "objective": 1.0}, {"round": 0, "objective": 1.0}) == \
         "objective not better by 0 for 1 round"
+    with pytest.raises(ConfigError) as err:
+        refuse_oversized("algorithm.batch_size", 2, 1)
+    assert str(err.value) == ("algorithm.batch_size=2 exceeds this worker's 1 sample; use a smaller batch or null for "
+                              "the full shard")
 
 
 def test_resume_counts_one_record_and_one_round(tmp_path):
@@ -84,6 +97,15 @@ def test_resume_counts_one_record_and_one_round(tmp_path):
     (tmp_path / "rounds.jsonl").write_text('{"round": 0}\n{"round": 1}\n{"round": 2}\n')
     with pytest.raises(ConfigError, match=r"more than the 1 round \(checkpoint_every\) a restart before"):
         keep_unfinished(tmp_path, 1)
+    (tmp_path / "summary.json").write_text('{"status": "converged", "rounds": 1}')
+    with pytest.raises(ConfigError) as err:
+        refuse_finished(tmp_path, 5)
+    assert str(err.value) == (f"resume: {tmp_path} holds a finished run (converged after 1 round); there is nothing to "
+                              "continue: drop resume and set overwrite=true to start it again, or use a new out_dir")
+    cfg = OmegaConf.create({"resume": "auto", "out_dir": str(tmp_path), "rounds": 1})
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    assert finished_run(cfg) == f"resume=auto: {tmp_path} holds the finished run of this config (converged after 1 " \
+        "round); nothing to do, kept as it was"
 
 
 def test_parts_of_one_worker(tmp_path):

@@ -101,7 +101,8 @@ class LibSVMSource(FileSource, ShardingKeys):
         bad = np.count_nonzero(~np.isfinite(X.data)) + np.count_nonzero(~np.isfinite(y))
         if bad:
             raise DataError(_non_finite(file, X, y, bad))
-        notes = [f"read {plural(X.shape[0], 'row')} x {plural(d, 'feature')} ({X.nnz} non-zeros, sparse) from {file}"]
+        notes = [f"read {plural(X.shape[0], 'row')} x {plural(d, 'feature')} ({plural(X.nnz, 'non-zero')}, sparse) "
+                 f"from {file}"]
         notes += filter(None, [standardize_matrix(X, self.standardize)])
         return Table(X=X, y=np.asarray(y, dtype=np.float64), name=f"libsvm:{Path(self.path).name}", notes=notes,
                      clients=_every_line_has_a_qid(file, qid[0], X.shape[0]) if qid else None)

@@ -83,7 +83,7 @@ class NPZSource(FileSource, ShardingKeys):
             # AttributeError: np.load returned a plain array (an .npy file), with no ``files``.
             raise DataError(f"{file} is not a readable .npz archive ({_short(err)}); {FIX}") from None
         X, y = _checked(file, X, y, self.x_key, self.y_key)
-        kind = f"sparse, {X.nnz} non-zeros" if sparse else "dense"
+        kind = f"sparse, {plural(X.nnz, 'non-zero')}" if sparse else "dense"
         notes = [f"read {plural(X.shape[0], 'row')} x {plural(X.shape[1], 'feature')} ({kind}) from {file}"]
         notes += filter(None, [standardize_matrix(X, self.standardize)])
         return Table(X=X, y=y, name=f"npz:{Path(self.path).name}", notes=notes,
