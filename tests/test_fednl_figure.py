@@ -123,8 +123,9 @@ def test_make_figures_jobs_compose_into_runs_of_the_figure(monkeypatch):
 def test_the_table_gives_each_count_per_client_from_the_last_record_in_its_column(tmp_path):
     """`table` of two canned runs of 4 workers (their `run_curve`s), each count a different number so that a column
     swapped or a record other than the last shows: FedNL's exact clients_*_bits over m, the local work summed over
-    the workers over m; a run whose records count no downlink and predate the second-order counts gets — there."""
-    from dane.paper_figs.common import run_curve
+    the workers over m; a run whose records count no downlink and predate the second-order counts gets — there.  A
+    run whose records count no local work has no passes, and is refused in one line where they are asked for."""
+    from dane.paper_figs.common import MissingCount, run_curve
     from dane.paper_figs.fednl_bits import table
 
     last = {"round": 2, "objective": 1.5, "suboptimality": 0.5, "clients_uplink_bits": 4000,
@@ -143,3 +144,13 @@ def test_the_table_gives_each_count_per_client_from_the_last_record_in_its_colum
     rows = [line for line in table(curves).splitlines() if line.startswith(("| FedNL", "| GD"))]
     assert rows == ["| FedNL (topk:5) | 2 | 1000 | 500 | 3 | 10 | 2 | 1 | 0.5 |",
                     "| GD | 2 | 640 | — | 1.5 | — | — | — | 0.25 |"]
+    unworked = tmp_path / "before dane.work"  # records that count no local work: none, or refused where asked for
+    unworked.mkdir()
+    start = {**old, "round": 0, "uplink_bits": 0}
+    records = [{k: v for k, v in r.items() if k != "local_passes"} for r in (start, old)]
+    (unworked / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (unworked / "summary.json").write_text(json.dumps({"workers": 4}))
+    assert run_curve(unworked, "GD")["passes"] is None
+    with pytest.raises(MissingCount) as err:
+        run_curve(unworked, "GD", passes=True)
+    assert str(err.value) == f"{unworked}: its records count no local work (written before dane.work); run it again"
