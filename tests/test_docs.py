@@ -177,6 +177,23 @@ def test_the_methods_tables_are_the_registrys():
         module.methods_table("fast")
 
 
+def test_the_results_page_names_every_traffic_key_and_the_work_tables_width():
+    """docs/results.md's record keys include every traffic key a round can log (the methods' `summary_keys`, a
+    sampled round's `dane.sampling.Traffic`; it once named none of `uplink_bits`, `downlink_bits`, `downlink_bytes`,
+    `clients`), and the local-work table a launched rank sends is `dane.work`'s: each of its counts and `local_flops`
+    in two halves (it once said m × 8)."""
+    from dane.sampling import Traffic
+    from dane.work import COUNTS, KEYS
+
+    text = (DOCS / "results.md").read_text()
+    named = set(re.findall(r"`(\w+)`", text))
+    traffic = set(Traffic().record(0)).union(*(algorithm_config(p.stem).algorithm.summary_keys
+                                               for p in sorted((CONF_DIR / "algorithm").glob("*.yaml"))))
+    assert {"uplink_bits", "clients_uplink_bits", "clients"} <= traffic
+    assert sorted(traffic - named) == []
+    assert f"m × {2 * (len(COUNTS) + 1)} table" in text and len(KEYS) == 2 * (len(COUNTS) + 1)
+
+
 # ------------------------------------------------------------------ the generated defaults table (docs/benchmarks.md)
 
 def defaults_block() -> str:
