@@ -4,6 +4,7 @@ measured number by hand."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import io
 import json
@@ -177,6 +178,12 @@ def test_the_methods_tables_are_the_registrys():
         module.methods_table("fast")
 
 
+@functools.cache
+def algorithm_classes() -> dict[str, type]:
+    """Each conf/algorithm/ file's name and the class it builds."""
+    return {p.stem: algorithm_config(p.stem).algorithm for p in sorted((CONF_DIR / "algorithm").glob("*.yaml"))}
+
+
 def test_the_results_page_names_every_traffic_key_and_the_work_tables_width():
     """docs/results.md's record keys include every traffic key a round can log (the methods' `summary_keys`, a
     sampled round's `dane.sampling.Traffic`; it once named none of `uplink_bits`, `downlink_bits`, `downlink_bytes`,
@@ -187,11 +194,22 @@ def test_the_results_page_names_every_traffic_key_and_the_work_tables_width():
 
     text = (DOCS / "results.md").read_text()
     named = set(re.findall(r"`(\w+)`", text))
-    traffic = set(Traffic().record(0)).union(*(algorithm_config(p.stem).algorithm.summary_keys
-                                               for p in sorted((CONF_DIR / "algorithm").glob("*.yaml"))))
+    traffic = set(Traffic().record(0)).union(*(cls.summary_keys for cls in algorithm_classes().values()))
     assert {"uplink_bits", "clients_uplink_bits", "clients"} <= traffic
     assert sorted(traffic - named) == []
     assert f"m × {2 * (len(COUNTS) + 1)} table" in text and len(KEYS) == 2 * (len(COUNTS) + 1)
+
+
+def test_the_results_page_says_what_every_methods_round_costs_a_client():
+    """docs/results.md's list of what each method's round costs names every method that counts local work, by its
+    label (it once lacked the compressed methods, the FedNL line beside FedNL, Acc-S-DANE and sync SGD); split
+    learning counts none."""
+    text = (DOCS / "results.md").read_text()
+    listed = text.split("round costs a client, as counted:", 1)[1].split("\nBackends.", 1)[0].lower()
+    labels = {name: cls.label for name, cls in algorithm_classes().items()}
+    assert [name for name, label in labels.items() if not label] == ["split"]
+    assert [name for name, label in labels.items()
+            if label and not re.search(rf"(?<![\w-]){re.escape(label.lower())}(?![\w-])", listed)] == []
 
 
 # ------------------------------------------------------------------ the generated defaults table (docs/benchmarks.md)
