@@ -37,7 +37,11 @@ def test_a_rotation_keeps_the_centre_and_turns_the_image():
     out = augment(x, torch.Generator().manual_seed(1), max_shift=0, max_degrees=90)
     angle = (torch.rand(1, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)[0, 0] * 2 - 1) * math.pi / 2
     moved = centroid(out[0, 0]) - 16
-    assert math.atan2(float(moved[1]), float(moved[0])) == pytest.approx(-float(angle), abs=0.05)
+    # bilinear resampling blurs the bar but keeps its centroid's direction to 1e-3 rad (a 0.0175 rad/degree constant
+    # is 4e-3 off at this 79° draw) and its distance from the centre, 6.5 = mean(0..13), to 0.05 (mismatched
+    # align_corners in affine_grid and grid_sample rotates about another centre: 6.29)
+    assert math.atan2(float(moved[1]), float(moved[0])) == pytest.approx(-float(angle), abs=1e-3)
+    assert float(moved.norm()) == pytest.approx(6.5, abs=0.05)
 
 
 def test_workers_see_their_own_augmented_rows_only_in_training_steps():

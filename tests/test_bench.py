@@ -452,7 +452,7 @@ def reached(comm, time_s=1.0):
 
 def capped(comm, time_s=1.0):
     return {"reached": False, "comm_rounds": None, "time_s": None, "best_rel_suboptimality": 1e-3,
-            "at_end": {"comm_rounds": comm, "time_s": time_s}}
+            "at_end": {"round": comm, "comm_rounds": comm, "time_s": time_s}}
 
 
 @pytest.mark.parametrize("rows, status, ratio", [
@@ -472,15 +472,22 @@ def test_goal_allreduces(rows, status, ratio):
     assert goal.get("ratio") == (pytest.approx(ratio) if ratio is not None else None)
 
 
-@pytest.mark.parametrize("dane_row, admm_row, status", [
-    (reached(10, 2.0), reached(90, 3.0), "met"),
-    (reached(10, 4.0), reached(90, 3.0), "not met"),
-    (reached(10, 2.0), capped(90, 2.5), "met"),             # ADMM needs more than 2.5 s
-    (reached(10, 4.0), capped(90, 2.5), "undetermined"),
-    (capped(100, 9.0), reached(90, 3.0), "not met"),
+CAPPED_ADMM = " (ADMM stopped by its cap at round 90, relative suboptimality 1.0e-03)"
+
+
+@pytest.mark.parametrize("dane_row, admm_row, status, ratio, detail", [
+    (reached(10, 2.0), reached(90, 3.0), "met", 2 / 3, "DANE 2 s vs ADMM 3 s"),
+    (reached(10, 3.0), reached(90, 3.0), "met", 1.0, "DANE 3 s vs ADMM 3 s"),   # a tie meets "at most"
+    (reached(10, 4.0), reached(90, 3.0), "not met", 4 / 3, "DANE 4 s vs ADMM 3 s"),
+    (reached(10, 2.0), capped(90, 2.5), "met", 0.8, "DANE 2 s vs ADMM > 2.5 s" + CAPPED_ADMM),  # ADMM needs > 2.5 s
+    (reached(10, 4.0), capped(90, 2.5), "undetermined (ADMM's cap ends before DANE's time)", 1.6,
+     "DANE 4 s vs ADMM > 2.5 s" + CAPPED_ADMM),
+    (capped(100, 9.0), reached(90, 3.0), "not met", None, "DANE did not reach 1e-08 (best 1.00e-03); ADMM 3 s"),
 ])
-def test_goal_time(dane_row, admm_row, status):
-    assert convex.goal_time({"dane": dane_row, "admm": admm_row})["status"].startswith(status)
+def test_goal_time(dane_row, admm_row, status, ratio, detail):
+    """The status, DANE's time over ADMM's (its time at the cap where it was capped) and the line that shows both."""
+    goal = convex.goal_time({"dane": dane_row, "admm": admm_row})
+    assert (goal["status"], goal.get("ratio"), goal["detail"]) == (status, ratio, detail)
 
 
 def test_rcv1_like_rows_vocabulary_and_labels():
