@@ -314,7 +314,8 @@ def test_a_survivors_line_says_what_torchrun_does_next():
             patch.setenv("TORCHELASTIC_MAX_RESTARTS", most)
             patch.setenv("TORCHELASTIC_RESTART_COUNT", done)
             line = str(worker_lost(lost, "worker 0", "/runs/r", every))
-        assert line.startswith("worker 0 lost a peer mid-run") and line.endswith(tail), line
+        assert line == ("worker 0 lost a peer mid-run (a worker crashed or was killed: the launcher's log names it); "
+                        f"the rounds logged so far are in /runs/r; {tail}"), line
 
 
 def test_a_launchers_sigterm_becomes_the_lost_peer_line_naming_the_peer_that_exited(monkeypatch):
