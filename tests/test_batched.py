@@ -259,11 +259,11 @@ def test_auto_batches_from_its_threshold_and_false_never():
         return run_spec(compose_job((f"workers={workers}", "problem.n_samples=640", "problem.dim=10",
                                      f"sim.batched={mode}")))
 
-    assert batched_path(spec(AUTO_FROM))[0] and not batched_path(spec(AUTO_FROM // 2))[0]
-    assert not batched_path(spec(AUTO_FROM, "false"))[0] and batched_path(spec(2, "true"))[0]
+    assert batched_path(spec(AUTO_FROM)) == (True, None) and batched_path(spec(AUTO_FROM // 2)) == (False, None)
+    assert batched_path(spec(AUTO_FROM, "false")) == (False, None) and batched_path(spec(2, "true")) == (True, None)
     declined = run_spec(compose_job((f"workers={AUTO_FROM}", "problem.n_samples=640", "problem.dim=10",
                                      "algorithm=admm", "rounds=1")))
-    assert not batched_path(declined)[0]  # auto: threads, no refusal, and the run's notes say why
-    notes = execute(declined, None)["notes"]
-    assert any(note.startswith("sim.batched=auto: one thread per worker, since algorithm=admm has no stacked form")
-               for note in notes)
+    why = ("sim.batched=auto: one thread per worker, since algorithm=admm has no stacked form (its class does not "
+           "declare batchable)")
+    assert batched_path(declined) == (False, why)  # auto: threads, no refusal, and the run's notes say why
+    assert why in execute(declined, None)["notes"]

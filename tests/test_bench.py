@@ -304,8 +304,11 @@ def test_the_cell_loop_runs_only_resume_optional_skip_and_after(tmp_path):
     assert calls == ["a x", "a y", "b", "a x", "a y", "gpu"] and section["cells"] == 4 and section["unit"] == "s"
     assert {name: row["value"] for name, row in section["rows"].items()} == {"a x": 4, "a y": 5, "b": 3, "gpu": 6}
     assert all(len(row["load_avg_before"]) == 3 for row in section["rows"].values())
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as skipped:
         harness.main(["toy", *out], bench(skip=lambda args: "no data"))
+    assert skipped.value.code == 2 and len(calls) == 6  # a failure, nothing measured, and the skip saved first
+    assert json.loads((tmp_path / "b.json").read_text())["toy"]["skipped"] == "no data"
+    (tmp_path / "b.json").unlink()
     harness.main(["toy", "--skip-without-data", *out], bench(skip=lambda args: "no data"))
     assert json.loads((tmp_path / "b.json").read_text())["toy"]["skipped"] == "no data" and len(calls) == 6
 
