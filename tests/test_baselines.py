@@ -428,9 +428,11 @@ def test_bad_hyperparameters_name_the_key_and_value(factory, key, value):
 
 
 def test_a_batch_larger_than_the_shard_is_rejected():
-    (problem,) = ridge_shards(1)
-    with pytest.raises(ConfigError, match="batch_size=5000 exceeds"):
-        simulate(LocalSGDConfig(batch_size=5000), [problem], rounds=1)
+    problems = ridge_shards(2)  # 1000 of the 2000 rows each: a batch of 1500 is under the data set, over a shard
+    with pytest.raises(ConfigError) as err:
+        simulate(LocalSGDConfig(batch_size=1500), problems, rounds=1)
+    assert str(err.value) == ("algorithm.batch_size=1500 exceeds this worker's 1000 samples; use a smaller batch or "
+                              "null for the full shard")
 
 
 @pytest.mark.parametrize("algorithm, overrides, check", [

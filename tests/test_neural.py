@@ -151,8 +151,10 @@ def test_digits_as_images_repeats_each_pixel_in_a_4x4_block():
     for i, j, a, b in [(0, 0, 0, 0), (3, 5, 2, 1), (7, 7, 3, 3)]:
         assert x[4 * i + a, 4 * j + b] == flat.train_x[5, 8 * i + j]
     assert any("upsampled" in note for note in images.notes)
-    with pytest.raises(ConfigError, match="image_size=30"):
+    with pytest.raises(ConfigError) as err:
         as_images(flat, 30)
+    assert str(err.value) == ("problem.data.image_size=30 needs flat square features whose side divides it; digits "
+                              "has shape (64,); set problem.data.image_size=null")
 
 
 # ---------------------------------------------------------------- DANE on a convex problem

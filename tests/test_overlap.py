@@ -48,5 +48,6 @@ def test_a_worker_of_a_run_holds_its_grown_shard_and_the_run_logs_it():
     assert [p.n_local for p in problems] == [math.ceil(0.5 * n)] * 3
     assert any("data.overlap" in note for note in problems[0].notes)
     assert sum(p.weight for p in problems) / 3 == pytest.approx(1.0)   # the mean of the O_i: mean loss over held rows
-    with pytest.raises(ConfigError, match="load_factor"):
+    with pytest.raises(ConfigError) as err:
         DataConfig(overlap=True, load_factor=1.5)
+    assert str(err.value) == "problem.data.load_factor must be in (0, 1] (a share of the training rows), got 1.5"
