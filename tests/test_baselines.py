@@ -4,6 +4,7 @@ Small ridge problems (N=2000, d=50, λ=0.005) keep every test well under a secon
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -398,7 +399,10 @@ def test_minibatch_gradients_are_unbiased_and_seeded():
     config = LocalSGDConfig(local_steps=5, batch_size=50, lr=0.05, seed=3)
     first = simulate(config, ridge_shards(2), rounds=4)
     again = simulate(config, ridge_shards(2), rounds=4)
+    other = simulate(dataclasses.replace(config, seed=4), ridge_shards(2), rounds=4)
     assert all(torch.equal(a, b) for a, b in zip(first[0][2], again[0][2]))
+    assert torch.equal(other[0][2][0], first[0][2][0])  # the same start, then the seed's own batches
+    assert not any(torch.equal(a, b) for a, b in zip(first[0][2][1:], other[0][2][1:]))
     assert first[0][1][-1]["objective"] < first[0][1][0]["objective"]
 
 
