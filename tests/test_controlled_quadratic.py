@@ -2,6 +2,8 @@
 the optimum it states, checked on the shards it builds, and its config's refusals."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -35,7 +37,11 @@ def test_the_measured_dissimilarity_is_the_one_set():
     config = ControlledQuadratic(dim=30, delta=0.2, mu=1e-6, seed=0)
     shards = [config.build(rank, 4) for rank in range(4)]
     found = measure(shards, torch.zeros(30, dtype=torch.float64))
-    assert found["delta"] == pytest.approx(0.2, rel=1e-9) and 0 < found["delta_mean_square"] <= found["delta"]
+    assert found["delta"] == pytest.approx(0.2, rel=1e-9)
+    H = sum(s.A for s in shards) / 4  # δ_A = sqrt(mean_i ‖H_i − H‖₂²), by hand from the shards' matrices
+    spread = [float(torch.linalg.eigvalsh(s.A - H).abs().max()) for s in shards]
+    assert found["delta_mean_square"] == pytest.approx(math.sqrt(sum(x * x for x in spread) / 4), rel=1e-9)
+    assert found["delta_mean_square"] < found["delta"]  # the shards are not all 0.2 away
 
 
 def test_the_yaml_builds_it_and_bad_values_are_one_line():
