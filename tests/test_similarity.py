@@ -6,7 +6,7 @@ import pytest
 import scipy.sparse
 import torch
 
-from dane.comm import ThreadGroup
+from dane.comm import ThreadGroup, ring_allreduce_bytes
 from dane.errors import ConfigError
 from dane.losses import LOGISTIC, SQUARED
 from dane.problems.glm import LinearModelShard, to_torch
@@ -126,7 +126,12 @@ def test_counters_are_restored_and_every_worker_gets_the_same_numbers_rank_0_the
     first = results[0][0]
     assert all(r[0] == {k: v for k, v in first.items() if k != "per_worker"} for r in results[1:])
     assert len(first["per_worker"]) == M  # rank 0's alone: m simulated workers would hold m lists of m
-    assert first["bytes_sent"] > 0
+    # what the measurement cost, by hand: 3 Lanczos allreduces of the m + 1 products and the m-block of own ones,
+    # the first with the 8 probes' products too, then the gather of one value a worker (float64, ring shares)
+    products = 8 * (2 * M + 1) * D
+    assert first["allreduces"] == 4
+    assert first["bytes_sent"] == (ring_allreduce_bytes(products + 8 * 8 * D, M) + 2 * ring_allreduce_bytes(products, M)
+                                   + ring_allreduce_bytes(8 * M, M))
 
 
 def test_auto_picks_exact_for_small_d_and_bad_arguments_are_one_line():
