@@ -3,6 +3,7 @@ last line and its stop line, the sharding and data notes, and the refusals whose
 error's text quoted in a line ends at a word (`dane.errors.brief`)."""
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -58,7 +59,12 @@ def test_a_one_round_run_says_round(capsys):
     dane.fit(dane.problems.LogReg(X, (X[:, 0] > 0).astype(float), lam=0.1), "gd", workers=1, rounds=1, quiet=False)
     said = capsys.readouterr()
     assert "stop: 1 round" in said.err.splitlines()
-    assert " after 1 round, final objective " in said.out.splitlines()[-1]
+    # one GD step from 0 on the 1-D logistic loss, by hand: lr = 2/(L + μ) = 1/L in one dimension, L = ¼ mean(x²) + λ
+    x, y = X[:, 0], (X[:, 0] > 0).astype(float)
+    w = -np.mean((0.5 - y) * x) / (0.25 * np.mean(x * x) + 0.1)
+    objective = np.mean(np.logaddexp(0, x * w) - y * x * w) + 0.05 * w * w
+    assert re.fullmatch(r"gd on logreg, 1 worker\(s\), local: max_rounds \(rounds = 1\) after 1 round, final objective "
+                        + re.escape(f"{objective:.8e}") + r", 0 bytes sent, [0-9.]+ s", said.out.splitlines()[-1])
 
 
 def test_the_notes_of_one_worker_one_row_and_one_feature(tmp_path):
