@@ -1,8 +1,10 @@
 """Shared by the tests: run algorithms in the in-process simulator and launch real multi-process jobs."""
 from __future__ import annotations
+import contextlib
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -109,6 +111,24 @@ def flock_waits(folder: Path, mode: int) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+@contextlib.contextmanager
+def fails_after(seconds: float, what: str):
+    """The block, failed (`pytest.fail`, naming ``what``) once it has run ``seconds``: SIGALRM interrupts the main
+    thread where it blocks (an ``flock`` a regression never lets go, an event or join), so such a test fails instead
+    of hanging.  The main thread only; threads a test starts are daemons, so one left blocked does not hold the
+    process at exit."""
+    def expired(signum, frame):
+        pytest.fail(f"{what}: still waiting after {seconds} s", pytrace=False)
+
+    before = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
 
 
 def unused_pid() -> int:

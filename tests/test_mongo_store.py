@@ -823,69 +823,73 @@ def test_a_push_waits_for_a_run_reading_the_store_and_a_run_reading_while_a_push
     read now holds the store's lock shared (`mongo_store.reading`), a push exclusively (`pushing`): the push says it
     waits for the run's read, writes nothing until that read ends, then pushes; the read returns the rows it began
     on.  A read (an image minibatch, which does not look for a push's lock itself) while a push holds the store is
-    refused with the line that says to wait for it."""
+    refused with the line that says to wait for it.  (Where the lock regresses, held exclusively by every read or
+    never released, a read or the push waits for ever: the test fails after 5 s instead, its threads daemons.)"""
     import threading
 
     from dane.data.mongo_push import push_table
+    from helpers import fails_after
 
-    uri = str(tmp_path)
-    push(push_args(str(files / "t.csv"), "--target", "y", "--categorical", "kind", "--uri", uri, "--collection", "t"))
-    csv = CSVSource(str(files / "t.csv"), target="y", categorical=("kind",), standardize="none").load()
-    npz = NPZSource(str(files / "t.npz")).load()
-    run = as_a_new_run(uri)
-    ids = run.labels()[0]
-    in_read, go, moved = threading.Event(), threading.Event(), threading.Event()
-    by_ids = Store.by_ids
+    with fails_after(5, "a read or a push of the store"):
+        uri = str(tmp_path)
+        push(push_args(str(files / "t.csv"), "--target", "y", "--categorical", "kind", "--uri", uri,
+                       "--collection", "t"))
+        csv = CSVSource(str(files / "t.csv"), target="y", categorical=("kind",), standardize="none").load()
+        npz = NPZSource(str(files / "t.npz")).load()
+        run = as_a_new_run(uri)
+        ids = run.labels()[0]
+        in_read, go, moved = threading.Event(), threading.Event(), threading.Event()
+        by_ids = Store.by_ids
 
-    def paused(self, *args):
-        in_read.set()
-        go.wait(60)
-        return by_ids(self, *args)
+        def paused(self, *args):
+            in_read.set()
+            go.wait(60)
+            return by_ids(self, *args)
 
-    monkeypatch.setattr(Store, "by_ids", paused)
-    got, said = {}, []
+        monkeypatch.setattr(Store, "by_ids", paused)
+        got, said = {}, []
 
-    def reader():
-        try:
-            got["table"] = run.fetch(ids)
-        except Exception as err:  # noqa: BLE001 - asserted below
-            got["error"] = err
+        def reader():
+            try:
+                got["table"] = run.fetch(ids)
+            except Exception as err:  # noqa: BLE001 - asserted below
+                got["error"] = err
 
-    def say(line):
-        said.append(line)
-        moved.set()
+        def say(line):
+            said.append(line)
+            moved.set()
 
-    def pusher():
-        said.append(push_table(connect(uri), "t", npz, print_fn=say, fingerprint_of="npz", replace=True))
-        moved.set()
+        def pusher():
+            said.append(push_table(connect(uri), "t", npz, print_fn=say, fingerprint_of="npz", replace=True))
+            moved.set()
 
-    reading = threading.Thread(target=reader)
-    reading.start()
-    assert in_read.wait(60)
-    pushing = threading.Thread(target=pusher)
-    pushing.start()
-    assert moved.wait(60)  # the push's first word: that it waits, or (before) its end
-    assert said == [f"push: a run is reading store {uri}; waiting for its read to end"]
-    assert connect(uri).db["dane_manifest"].find_one({"_id": "t"})["source"] == csv.name  # nothing written yet
-    go.set()
-    reading.join(60)
-    pushing.join(60)
-    assert "error" not in got, got
-    assert np.array_equal(got["table"].X, csv.X) and np.array_equal(got["table"].y, csv.y)
-    assert said[1] == f"uploaded 33 samples into collection t of {uri}"
-    monkeypatch.undo()
-    assert np.array_equal(as_a_new_run(uri).load().X, npz.X)
+        reading = threading.Thread(target=reader, daemon=True)
+        reading.start()
+        in_read.wait()
+        pushing = threading.Thread(target=pusher, daemon=True)
+        pushing.start()
+        moved.wait()  # the push's first word: that it waits, or (before) its end
+        assert said == [f"push: a run is reading store {uri}; waiting for its read to end"]
+        assert connect(uri).db["dane_manifest"].find_one({"_id": "t"})["source"] == csv.name  # nothing written yet
+        go.set()
+        reading.join()
+        pushing.join()
+        assert "error" not in got, got
+        assert np.array_equal(got["table"].X, csv.X) and np.array_equal(got["table"].y, csv.y)
+        assert said[1] == f"uploaded 33 samples into collection t of {uri}"
+        monkeypatch.undo()
+        assert np.array_equal(as_a_new_run(uri).load().X, npz.X)
 
-    push(push_args(str(files / "img"), "--uri", uri, "--collection", "img"))
-    run = as_a_new_run(uri, "img")
-    run.images(np.array([1]))
-    with mongo_store.pushing(connect(uri)):
-        with pytest.raises(DataError) as refused:
-            run.images(np.array([2]))
-    assert str(refused.value) == (f"store {uri} is being written by a push ({socket.gethostname()} pid {os.getpid()}); "
-                                  f"wait for that push to end, then run again (remove {tmp_path / '.lock'} if no push "
-                                  "uses the store)")
-    assert run.images(np.array([2]))[1].tolist() == [0.0]
+        push(push_args(str(files / "img"), "--uri", uri, "--collection", "img"))
+        run = as_a_new_run(uri, "img")
+        run.images(np.array([1]))
+        with mongo_store.pushing(connect(uri)):
+            with pytest.raises(DataError) as refused:
+                run.images(np.array([2]))
+        assert str(refused.value) == (f"store {uri} is being written by a push ({socket.gethostname()} pid "
+                                      f"{os.getpid()}); wait for that push to end, then run again (remove "
+                                      f"{tmp_path / '.lock'} if no push uses the store)")
+        assert run.images(np.array([2]))[1].tolist() == [0.0]
 
 
 def test_a_read_holds_the_store_shared_and_a_push_exclusive_and_a_read_beside_a_push_is_refused(tmp_path):
