@@ -210,18 +210,20 @@ def test_a_doubled_weight_records_the_local_step_that_follows_it(config, attr):
     assert [e["key"] for e in exact.adaptations[0].after(exact, {"objective": 1.5})] == [f"algorithm.{attr}"]
 
 
-def test_an_adaptive_lambda_s_local_steps_record_the_step_each_round_took():
+@pytest.mark.parametrize("config", [SDANEConfig, AccSDANEConfig], ids=lambda c: c.name)
+def test_an_adaptive_lambda_s_local_steps_record_the_step_each_round_took(config):
     """``adaptive=true`` halves or doubles λ every round, and ``local_solver=steps`` at lr null steps 1/(max_i L_i +
     λ) (`local_step`), so the step moves with λ, which the summary's defaults give at the starting λ alone: each
-    record now carries its round's ``lr``.  Reference: with one local step every client's x_i is v − lr ∇O(v) (the
-    h_i average out), so an accepted round sets x = v − lr ∇O(v), v ← (v + aμx − a∇O(x))/(1 + aμ) with a = 1/λ, and
-    a rejected one keeps both; the iterates follow from the records' lr, λ and ``accepted`` to round-off.  An exact
-    solve takes no steps: its records carry no ``lr``."""
+    record now carries its round's ``lr``.  Reference: with one local step every client's x_i is c − lr ∇O(c) from
+    the round's centre c (the h_i average out), so an accepted round sets x = c − lr ∇O(c), v ← (Bv + aμx −
+    a∇O(x))/(B + aμ); S-DANE: c = v, a = 1/λ, B = 1; Acc-S-DANE (the paper's Algorithm 2): c = (Ax + av)/(A + a)
+    with a > 0 from λa² = (A + a)B, then A ← A + a, B ← B + μa (A = 0, B = 1 at the start); a rejected round keeps
+    x, v, A and B.  The iterates follow from the records' lr, λ and ``accepted`` to round-off.  An exact solve takes
+    no steps: its records carry no ``lr``."""
     problems = [LOGREG.build(rank, 2, torch.float64) for rank in range(2)]
-    algo, records, ws = simulate(SDANEConfig(lam=0.5, adaptive=True, local_solver="steps", local_steps=1),
-                                 problems, 4)[0]
+    algo, records, ws = simulate(config(lam=0.5, adaptive=True, local_solver="steps", local_steps=1), problems, 4)[0]
     (entry,) = [e for e in algo.defaults if e["key"] == "algorithm.lr"]
-    smoothness, mu = entry["stats"]["smoothness"], algo.mu
+    smoothness, mu, accelerated = entry["stats"]["smoothness"], algo.mu, config.accelerated
     assert [r["lr"] for r in records[:-1]] == [local_step(smoothness, r["lam"]) for r in records[:-1]]
     assert len({r["lr"] for r in records[:-1]}) > 1 and {r["accepted"] for r in records[:-1]} == {True, False}
 
@@ -229,13 +231,18 @@ def test_an_adaptive_lambda_s_local_steps_record_the_step_each_round_took():
         return sum(p.evaluate(x)[0] for p in problems) / len(problems)
 
     w = v = ws[0].clone()
+    A, B = 0.0, 1.0
     for r, record in enumerate(records[:-1]):
+        lam = record["lam"]
+        a = (B + math.sqrt(B * B + 4 * lam * A * B)) / (2 * lam) if accelerated else 1.0 / lam
+        centre = (A * w + a * v) / (A + a)
         if record["accepted"]:
-            a = 1.0 / record["lam"]
-            w = v - record["lr"] * grad(v)
-            v = (v + a * mu * w - a * grad(w)) / (1.0 + a * mu)
+            w = centre - record["lr"] * grad(centre)
+            v = (B * v + a * mu * w - a * grad(w)) / (B + a * mu)
+            if accelerated:
+                A, B = A + a, B + mu * a
         torch.testing.assert_close(ws[r + 1], w, rtol=0, atol=1e-13)
-    _, exact, _ = simulate(SDANEConfig(lam=0.5, adaptive=True, local_solver="cholesky"), problems, 2)[0]
+    _, exact, _ = simulate(config(lam=0.5, adaptive=True, local_solver="cholesky"), problems, 2)[0]
     assert not any("lr" in r for r in exact)  # no local steps, no step to record (1/(0 + λ) was recorded as one)
 
 

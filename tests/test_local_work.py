@@ -298,9 +298,14 @@ def test_batched_path_counts_as_the_threads_do():
         assert {k: a[k] for k in work.KEYS} == {k: b[k] for k in work.KEYS}
 
 
-def test_sdane_steps_counts_the_steps_its_accuracy_test_took(monkeypatch):
-    """local_solver=steps: one pass at x, one at the centre v (≠ x after round 0) and one per step taken, each
-    counted here by hand at the method's own calls."""
+@pytest.mark.parametrize("algorithm, counted", [
+    ("sdane", [0, 68, 136, 205, 274]),      # 16 steps per worker and round, 17 on one worker in rounds 3 and 4
+    ("acc_sdane", [0, 68, 136, 205, 273]),  # the same but 16 on every worker in round 4
+])
+def test_sdane_steps_counts_the_steps_its_accuracy_test_took(monkeypatch, algorithm, counted):
+    """local_solver=steps: one pass at the centre (v; Acc-S-DANE's y) and one per step taken, each counted here by
+    hand at the method's own calls; the evaluation at x_r that only the record reads (the centre is x_r in round 0
+    alone) is not work."""
     calls: Counter = Counter()
     lock = threading.Lock()
     for name in ("local_grad", "grad_and_payload"):
@@ -312,23 +317,26 @@ def test_sdane_steps_counts_the_steps_its_accuracy_test_took(monkeypatch):
             return _original(self, w)
 
         monkeypatch.setattr(federated.Federated, name, spy)
-    result = dane.fit(ridge(), "sdane", workers=M, rounds=4, local_solver="steps", lam=1.0, lr=0.05)
+    result = dane.fit(ridge(), algorithm, workers=M, rounds=4, local_solver="steps", lam=1.0, lr=0.05)
     last = result.records[-1]
     # the final record's evaluation is outside the rounds; every call above is inside them
     assert last["local_passes"] == sum(calls.values())
     assert last["local_passes_max"] == max(calls.values())
-    # the hand count of `numpy_sdane_steps`: 16 steps per worker and round, 17 on one worker in rounds 3 and 4,
-    # plus one gradient at v each (the accuracy test with λ in place of λ/2 stops after 10 steps)
-    _, passes = numpy_sdane_steps([ridge().build(rank, M) for rank in range(M)], lam=1.0, lr=0.05, rounds=4)
-    assert column(result.records, "local_passes") == passes == [0, 68, 136, 205, 274]
+    # the hand count of `numpy_sdane_steps`: the steps above plus one gradient at the centre each (the accuracy test
+    # with λ in place of λ/2 stops S-DANE after 10 steps)
+    _, passes = numpy_sdane_steps([ridge().build(rank, M) for rank in range(M)], lam=1.0, lr=0.05, rounds=4,
+                                  accelerated=algorithm == "acc_sdane")
+    assert column(result.records, "local_passes") == passes == counted
 
 
-def numpy_sdane_steps(shards, *, lam: float, lr: float, rounds: int, local_steps: int = 1000):
+def numpy_sdane_steps(shards, *, lam: float, lr: float, rounds: int, local_steps: int = 1000,
+                      accelerated: bool = False):
     """S-DANE (Jiang, Rodomanov & Stich 2024, Algorithm 1; B = 1, a = 1/λ, μ the problem's ℓ2 weight) in NumPy with
-    local_solver=steps: from the centre v, z ← z − lr(∇O_i(z) − h_i + λ(z − v)) until ‖∇F_i(z)‖ <= (λ/2)‖z − v‖
-    (at most ``local_steps``).  ∇O_i(w) = weight X_iᵀ(X_i w − y_i) + ℓ2 w on each shard's rows.  Returns the
-    iterates x_0..x_rounds and the passes each record counts (one gradient at v a round and one per step, summed
-    over the workers)."""
+    local_solver=steps: from the centre c, z ← z − lr(∇O_i(z) − h_i + λ(z − c)) until ‖∇F_i(z)‖ <= (λ/2)‖z − c‖
+    (at most ``local_steps``).  ``accelerated``: Acc-S-DANE (Algorithm 2), centred at y = (A x + a v)/(A + a) with
+    a > 0 from λa² = (A + a)B, v ← (B v + aμx − aG)/(B + aμ), then A ← A + a, B ← B + μa (A = 0, B = 1 at the start).
+    ∇O_i(w) = weight X_iᵀ(X_i w − y_i) + ℓ2 w on each shard's rows.  Returns the iterates x_0..x_rounds and the passes
+    each record counts (one gradient at the centre a round and one per step, summed over the workers)."""
     data = [(s.X.numpy(), s.y.numpy(), s.weight) for s in shards]
     mu = shards[0].l2
 
@@ -337,34 +345,42 @@ def numpy_sdane_steps(shards, *, lam: float, lr: float, rounds: int, local_steps
         return weight * X.T @ (X @ w - y) + mu * w
 
     v = x = np.zeros(shards[0].dim)
+    A, B = 0.0, 1.0
     iterates, passes = [x], [0]
     for _ in range(rounds):
-        grads = [grad(i, v) for i in range(len(data))]
+        a = (B + math.sqrt(B * B + 4 * lam * A * B)) / (2 * lam) if accelerated else 1 / lam
+        centre = (A * x + a * v) / (A + a)
+        grads = [grad(i, centre) for i in range(len(data))]
         g_bar = np.mean(grads, axis=0)
         points, local, spent = [], [], 0
         for i, grad_c in enumerate(grads):
-            h, z, grad_z, steps = grad_c - g_bar, v, grad_c, 0
+            h, z, grad_z, steps = grad_c - g_bar, centre, grad_c, 0
             while steps < local_steps:
-                z = z - lr * (grad_z - h + lam * (z - v))
+                z = z - lr * (grad_z - h + lam * (z - centre))
                 grad_z, steps = grad(i, z), steps + 1
-                if np.linalg.norm(grad_z - h + lam * (z - v)) <= lam / 2 * np.linalg.norm(z - v):
+                if np.linalg.norm(grad_z - h + lam * (z - centre)) <= lam / 2 * np.linalg.norm(z - centre):
                     break
             points.append(z)
             local.append(grad_z)
             spent += 1 + steps
         passes.append(passes[-1] + spent)
         x, G = np.mean(points, axis=0), np.mean(local, axis=0)
-        v = (v + mu / lam * x - G / lam) / (1 + mu / lam)
+        v = (B * v + a * mu * x - a * G) / (B + a * mu)
+        if accelerated:
+            A, B = A + a, B + mu * a
         iterates.append(x)
     return iterates, passes
 
 
-def test_sdane_steps_is_its_numpy_transcription():
-    """S-DANE with local_solver=steps, round by round: the iterates x_r and the passes counted (the steps its accuracy
-    test ‖∇F_i(x_i)‖ <= (λ/2)‖x_i − v‖ took; each stop lies 0.35% or more on its side of the test)."""
+@pytest.mark.parametrize("config", [SDANEConfig(lam=1.0, lr=0.05, local_solver="steps"),
+                                    AccSDANEConfig(lam=1.0, lr=0.05, local_solver="steps")], ids=lambda c: c.name)
+def test_sdane_steps_is_its_numpy_transcription(config):
+    """S-DANE and Acc-S-DANE with local_solver=steps, round by round: the iterates x_r and the passes counted (the
+    steps its accuracy test ‖∇F_i(x_i)‖ <= (λ/2)‖x_i − c‖ took; each stop lies 0.35% or more on its side of the
+    test)."""
     shards = [ridge().build(rank, M) for rank in range(M)]
-    (_, records, iterates), *_ = simulate(SDANEConfig(lam=1.0, lr=0.05, local_solver="steps"), shards, rounds=4)
-    reference, passes = numpy_sdane_steps(shards, lam=1.0, lr=0.05, rounds=4)
+    (_, records, iterates), *_ = simulate(config, shards, rounds=4)
+    reference, passes = numpy_sdane_steps(shards, lam=1.0, lr=0.05, rounds=4, accelerated=config.accelerated)
     for x, ref in zip(iterates, reference, strict=True):
         np.testing.assert_allclose(x.numpy(), ref, rtol=0, atol=1e-12)
     assert column(records, "local_passes") == passes
