@@ -291,3 +291,26 @@ def test_the_benchmark_table_points_at_the_json():
     text = (DOCS / "benchmarks.md").read_text().split("## Benchmarks", 1)[1]
     rows = re.findall(r"^\| `(\w[\w.-]*)` \|[^|]*\| ([^|]*) \|", text, re.M)
     assert rows and all(measured.strip() in ("see the JSON", "") for _, measured in rows)
+
+
+def test_the_fedprox_synthetic_counts_of_local_updates_are_the_seeded_clients():
+    """docs/benchmarks.md counts the FedProx paper's local updates from the clients' training rows as the benchmark
+    draws them (`SyntheticSource`, seed 0): its 20 epochs of batch 10 are 2 n_k updates, at least 2 min_k n_k a round,
+    and the long run's K is 2 n̄ rounded (n̄ the mean training rows), which the pages' command and the run's JSON take.
+    The prose holds them typed; this keeps them the data's."""
+    import numpy as np
+
+    from dane.data.synthetic_source import PAPER_SETS, SyntheticSource
+
+    epochs, batch = 20, 10
+    rows = {name: [len(y) for _, y in SyntheticSource(alpha, beta, iid, seed=0).parts()]
+            for name, (alpha, beta, iid) in PAPER_SETS.items()}
+    fewest = min(epochs * min(r) // batch for r in rows.values())
+    k = round(epochs * np.mean(rows["synthetic_1_1"]) / batch)
+    text = " ".join((DOCS / "benchmarks.md").read_text().split())
+    assert f"the paper's 20 epochs of batch 10 are 2 n_k updates of step 0.01, at least {fewest} a round" in text
+    assert f"instead of its count of passes: {k} full-gradient steps a round at lr 0.01 (2 n̄ rounded" in text
+    for page in ("benchmarks.md", "design.md"):
+        assert f"--only fedavg fedprox --local-steps {k} --rounds 100" in " ".join((DOCS / page).read_text().split())
+    long = json.loads((REPO / "paper_figs" / "evidence" / f"fedprox_synthetic_k{k}.json").read_text())
+    assert long["fedprox_synthetic"]["local"]["local_steps"] == k
