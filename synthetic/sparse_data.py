@@ -32,6 +32,8 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.datasets import dump_svmlight_file
 
+from dane.errors import plural
+
 _CHUNK = 4096  # rows whose candidate draws are made at once (bounds memory; fixed, so results do not depend on it)
 
 
@@ -103,7 +105,7 @@ def write_sparse_libsvm(path: str | Path, n_rows: int, n_features: int, *, seed:
     path.parent.mkdir(parents=True, exist_ok=True)
     described = ", ".join(f"{k}={v}" for k, v in options.items())
     comment = (f"synthetic.sparse_data.rcv1_like(n_rows={n_rows}, n_features={n_features}, seed={seed}"
-               f"{', ' + described if described else ''}): {X.nnz} non-zeros")
+               f"{', ' + described if described else ''}): {plural(X.nnz, 'non-zero')}")
     tmp = path.with_name(path.name + ".tmp")
     dump_svmlight_file(X, y, str(tmp), zero_based=False, comment=comment)
     tmp.replace(path)

@@ -18,6 +18,7 @@ from dane.loop.resume import finished_run, keep_unfinished, refuse_finished
 from dane.loop.stopping import StopRule
 from dane.numerics.inner import refuse_oversized
 from dane.sampling import ClientSampler
+from dane.synthetic.sparse_data import write_sparse_libsvm
 
 
 def test_plural():
@@ -81,6 +82,9 @@ def test_the_notes_of_one_worker_one_row_and_one_feature(tmp_path):
     (tmp_path / "one.svm").write_text("1 1:2.5\n")
     assert LibSVMSource(str(tmp_path / "one.svm")).load().notes[0] == \
         f"read 1 row x 1 feature (1 non-zero, sparse) from {tmp_path / 'one.svm'}"
+    for rows, counted in ((1, "1 non-zero"), (2, "2 non-zeros")):  # one feature: one non-zero a (unit) row
+        written = write_sparse_libsvm(tmp_path / f"rcv1_like_{rows}.svm", rows, 1, seed=0).read_text()
+        assert f"\n# synthetic.sparse_data.rcv1_like(n_rows={rows}, n_features=1, seed=0): {counted}\n" in written
 
 
 def test_refusals_whose_count_is_one():
