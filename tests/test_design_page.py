@@ -1,10 +1,12 @@
 """The evidence is in the repository: docs/design.md names every module of dane/ and every key of a run's
-summary.json, nothing cites the design brief that is not in the repository, every JSON cited as evidence is
+summary.json, its account of the code (the run kinds' branches, the callbacks, the federated bases, the adaptations,
+what baselines/ shares) is the code's, nothing cites the design brief that is not in the repository, every JSON cited as evidence is
 tracked, and the generated tables of docs/benchmarks.md are what their tracked JSON renders to.  Reads files only:
 the tracked names are listed once a session by the shared fresh interpreter (tests/runs.py), which runs the one
 ``git ls-files``, and the small run whose summary the page must name is a row of the shared batch."""
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
@@ -238,3 +240,107 @@ def test_the_compressed_table_is_what_its_tracked_json_renders_to():
     assert source and source.group(1).startswith(f"{EVIDENCE}/"), shown.splitlines()[:1]
     assert render(load(source.group(1))[KEY], source.group(1)) == shown, \
         f"the table is not its JSON's: rerun dane figures compressed --json {source.group(1)}"
+
+
+@functools.cache
+def registry() -> dict[str, type]:
+    """Each conf/algorithm/ file's name and the class it builds."""
+    from dane.api import algorithm_config
+    from dane.experiments.config import CONF_DIR
+
+    return {p.stem: algorithm_config(p.stem).algorithm for p in sorted((CONF_DIR / "algorithm").glob("*.yaml"))}
+
+
+def between(text: str, start: str, end: str) -> str:
+    """The part of ``text`` from ``start`` to the first ``end`` after it."""
+    head = text.index(start)
+    return text[head:text.index(end, head)]
+
+
+def test_the_design_pages_run_kind_is_a_branch_of_the_function_it_names():
+    """A new kind is a branch of `kind` and one of the function that calls each kind's function: `started`, which
+    `start` calls (the page once said `start`, which calls `kind` and `started` only)."""
+    import ast
+    import inspect
+
+    from dane.loop import kinds
+
+    returned = {node.value for ret in ast.walk(ast.parse(inspect.getsource(kinds.kind))) if isinstance(ret, ast.Return)
+                for node in ast.walk(ret.value) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    assert {"own driver", "simulator", "batched simulator", "elastic", "launched"} <= returned
+    named = re.findall(r"a branch of `kind`(?: \(which decides\))? and one of `(\w+)`", DESIGN_PAGE.read_text())
+    assert len(named) == 2
+    for name in named:
+        source = inspect.getsource(getattr(kinds, name))
+        assert [k for k in sorted(returned) if not re.search(rf"\b{k.replace(' ', '_')}\(", source)] == [], name
+
+
+def test_the_design_page_names_every_callback_and_hook():
+    """Step 4 of a run names each `Callback` of dane/loop/callbacks.py (it once left out `Policy`, the defaults
+    policy's entries, and `ClosingLine`) and each of its hooks."""
+    from dane.loop import callbacks
+
+    text = between(DESIGN_PAGE.read_text(), "4. **Callbacks.**", "5. **")
+    named = set(re.findall(r"`(\w+)`", text))
+    defined = {name for name, obj in vars(callbacks).items() if isinstance(obj, type)
+               and issubclass(obj, callbacks.Callback) and obj is not callbacks.Callback
+               and obj.__module__ == callbacks.__name__}
+    assert len(defined) > 10 and sorted(defined - named) == []
+    hooks = {name for name in vars(callbacks.Callback) if name.startswith("on_")}
+    assert hooks == {name for name in named if name.startswith("on_")}
+
+
+def test_the_design_pages_federated_bases_are_the_classes():
+    """The algorithm extension point's federated bases: the methods listed as `LocalSolving` are the registry's
+    `LocalSolving` classes' modules (FedProx, FedDANE, FedRed, S-DANE and Acc-S-DANE, SCAFFOLD), each other
+    `Federated` is Scaffnew's (its keys `LocalKeys`) or counts its clients' bits (`ClientBits`), and each module of
+    the defaults policy's list writes its paper's `round` (the page once named no base)."""
+    from dane.baselines.federated import ClientBits, Federated, LocalKeys, LocalSolveKeys, LocalSolving
+
+    page = DESIGN_PAGE.read_text()
+    text = between(page, "- **an algorithm**", "- **a problem**")
+    listed = re.search(r"`LocalSolving`, a `Federated`[^{]*`baselines/\{([\w,\s]+)\}\.py`", text)
+    assert listed, "the page's algorithm extension point names no LocalSolving methods"
+    classes = registry().values()
+    module = lambda cls: cls.__module__.rsplit(".", 1)[-1]  # noqa: E731
+    assert set(re.split(r",\s*", listed[1])) == {module(c) for c in classes if issubclass(c, LocalSolving)}
+    others = [c for c in classes if issubclass(c, Federated) and not issubclass(c, LocalSolving)]
+    assert sorted(c.__name__ for c in others if not issubclass(c, ClientBits)) == ["Scaffnew"]
+    assert not issubclass(LocalKeys, LocalSolveKeys) and issubclass(LocalSolveKeys, LocalKeys)
+    rounds = re.search(r"`round\(\)` in each of `baselines/\{([\w,\s]+)\}\.py`", page)
+    for name in re.split(r",\s*", rounds[1]):
+        own = [c for c in classes if module(c) == name]
+        assert own and all(issubclass(c, Federated) and any("round" in vars(k) for k in c.__mro__
+                                                            if k.__module__ == c.__module__) for c in own), name
+
+
+def test_the_design_page_names_what_the_baselines_share():
+    """Every module of baselines/ that builds no method (the shared bases, the defaults policy, the wrappers, ...)
+    is named in the layers' list (it once named none)."""
+    text = between(DESIGN_PAGE.read_text(), "4. the algorithms:", "5. the run:")
+    methods = {cls.__module__.rsplit(".", 1)[-1] for cls in registry().values()}
+    shared = sorted(p.stem for p in (REPO / "baselines").glob("*.py") if p.stem not in methods | {"__init__"})
+    assert "federated" in shared and [s for s in shared if f"`{s}.py`" not in text] == []
+
+
+def test_the_design_page_names_each_adaptation():
+    """What adapts during a run: the page's names are `algorithm.adapt`'s, each an `Adaptation` of
+    baselines/adaptive.py (the page once named them in prose only)."""
+    from dane.baselines import adaptive
+
+    text = between(DESIGN_PAGE.read_text(), "What adapts during a run (", "`baselines/adaptive.py`")
+    wrappers = {obj.name for obj in vars(adaptive).values() if isinstance(obj, type)
+                and issubclass(obj, adaptive.Adaptation) and obj is not adaptive.Adaptation}
+    assert set(re.findall(r"`(\w+)`", text)) == set(adaptive.ADAPTATIONS) == wrappers
+
+
+def test_the_design_pages_local_work_counts_are_dane_works():
+    """The record table's local-work row is `dane.work`'s counts and flops, and its two counts in words are theirs."""
+    from dane.work import COUNTS, FLOPS, KEYS
+
+    words = {8: "eight", 9: "nine", 10: "ten", 11: "eleven", 16: "sixteen", 18: "eighteen", 20: "twenty"}
+    page = DESIGN_PAGE.read_text()
+    row = re.search(r"^\| `(local_passes, [\w, ]+)` \|", page, re.M)
+    assert row and row[1].split(", ") == [*COUNTS, FLOPS]
+    assert f"| the same {words[len(COUNTS) + 1]} with `_max`" in page
+    assert f"the last record's {words[len(KEYS)]} local-work keys" in page

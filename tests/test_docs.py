@@ -314,3 +314,14 @@ def test_the_fedprox_synthetic_counts_of_local_updates_are_the_seeded_clients():
         assert f"--only fedavg fedprox --local-steps {k} --rounds 100" in " ".join((DOCS / page).read_text().split())
     long = json.loads((REPO / "paper_figs" / "evidence" / f"fedprox_synthetic_k{k}.json").read_text())
     assert long["fedprox_synthetic"]["local"]["local_steps"] == k
+
+
+def test_the_extending_page_names_every_capability_an_algorithm_declares():
+    """docs/extending.md's algorithm section names each yes/no capability `dane.Algorithm` declares on its class (it
+    once left out `batchable`, the batched simulator's)."""
+    from dane.algorithm import Algorithm
+
+    flags = sorted(name for name, kind in Algorithm.__annotations__.items() if kind == "ClassVar[bool]")
+    text = (DOCS / "extending.md").read_text()
+    section = text[text.index("## An algorithm"):text.index("## A dataset")]
+    assert "batchable" in flags and [f for f in flags if f"`{f}`" not in section] == []
