@@ -320,7 +320,7 @@ def test_the_design_page_names_what_the_baselines_share():
     text = between(DESIGN_PAGE.read_text(), "4. the algorithms:", "5. the run:")
     methods = {cls.__module__.rsplit(".", 1)[-1] for cls in registry().values()}
     shared = sorted(p.stem for p in (REPO / "baselines").glob("*.py") if p.stem not in methods | {"__init__"})
-    assert "federated" in shared and [s for s in shared if f"`{s}.py`" not in text] == []
+    assert "federated" in shared and [s for s in shared if f"`baselines/{s}.py`" not in text] == []
 
 
 def test_the_design_page_names_each_adaptation():
