@@ -344,3 +344,10 @@ def test_the_design_pages_local_work_counts_are_dane_works():
     assert row and row[1].split(", ") == [*COUNTS, FLOPS]
     assert f"| the same {words[len(COUNTS) + 1]} with `_max`" in page
     assert f"the last record's {words[len(KEYS)]} local-work keys" in page
+
+
+def test_the_design_page_names_every_folder_of_dane():
+    """The layers' account of dane/'s folders names each of them (it once left out compress/ and split/)."""
+    text = between(DESIGN_PAGE.read_text(), "the rest sits in a folder named for its concern:", "\n\n")
+    folders = sorted(p.parent.name for p in (REPO / "dane").glob("*/__init__.py"))
+    assert "loop" in folders and [f for f in folders if f"`{f}/`" not in text] == []
