@@ -132,6 +132,31 @@ def check_keys(argv: list[str], config_name: str, conf_dir: Path = CONF_DIR) -> 
                               ) from None
         check_added(loader, name, overrides, choice, dirs or [conf_dir])
         check_required(cfg, choice)
+    if is_multirun(argv) and len(variants) > 1:
+        check_sweep_base(loader, name, args.overrides)
+
+
+def check_sweep_base(loader: ConfigLoaderImpl, name: str, overrides: list[str]) -> None:
+    """Reject ``-m algorithm=sdane,fedprox algorithm.clients_per_round=5``, a key every swept choice has but the
+    group's default lacks: Hydra composes the sweep's base config, each sweep dropped and so the swept group at its
+    default (``algorithm=dane``), before any job, and stops there with its page; ``++`` sets the key in every job."""
+    try:
+        loader.load_configuration(name, overrides, run_mode=RunMode.MULTIRUN)
+    except Exception as exc:  # noqa: BLE001 - a key the base lacks is ours to say; anything else Hydra says
+        key = _unknown_key(exc)
+        typed = next((o for o in overrides if o.partition("=")[0] == key), None)
+        if typed is None:
+            return
+        group = key.split(".")[0]
+        rest = [o for o in overrides if o != typed]
+        try:
+            base = loader.load_configuration(name, rest, run_mode=RunMode.MULTIRUN)
+            default = f"{group}={OmegaConf.select(base, f'hydra.runtime.choices.{group}')}"
+        except Exception:  # noqa: BLE001 - the base fails on more than this key: Hydra will report it
+            return
+        swept = next((o for o in overrides if o.partition("=")[0] == group), group)
+        raise ConfigError(f"{typed} with -m {swept}: Hydra first composes the sweep's base config, {default}, which "
+                          f"has no {key}; write ++{typed} to set it in every job") from None
 
 
 #: the groups whose dataclasses refuse a key they do not take, naming their keys (`dane.api.build`)

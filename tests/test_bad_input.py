@@ -1034,6 +1034,7 @@ def test_memory_counts_a_float32_runs_float64_copy_for_its_reference(monkeypatch
     ["~early_stop"],
     ["-m", "algorithm.eta=1,2", "rounds=1,2"],                  # a sweep of values
     ["-m", "algorithm=dane,inexact_dane,aide", "algorithm.mu=0.1"],  # a key every swept choice has
+    ["-m", "algorithm=sdane,fedprox", "++algorithm.clients_per_round=5"],  # one dane lacks: ++ sets it in each job
     ["hydra.run.dir=somewhere", "hydra/job_logging=disabled"],
     ["problem=digits_mlp", "model@problem.model=mlp", "problem.model.hidden=[32]"],
     ["problem=logreg", "data=csv", "data.path=x.csv", "data.target=y"],
@@ -1043,6 +1044,20 @@ def test_valid_overrides_pass_the_key_check(line):
     from dane.experiments.overrides import check_keys
 
     check_keys(line, "config")
+
+
+def test_a_sweep_key_the_default_choice_lacks_names_plus_plus():
+    """Every swept method has ``clients_per_round``, the default ``algorithm=dane`` does not: Hydra composed the
+    sweep's base config with dane and stopped on a page saying ``+`` (which then fails in each job)."""
+    from dane.errors import ConfigError
+    from dane.experiments.overrides import check_keys
+
+    with pytest.raises(ConfigError) as err:
+        check_keys(["-m", "algorithm=sdane,fedprox", "algorithm.clients_per_round=5"], "config")
+    assert str(err.value) == (
+        "algorithm.clients_per_round=5 with -m algorithm=sdane,fedprox: Hydra first composes the sweep's base "
+        "config, algorithm=dane, which has no algorithm.clients_per_round; write ++algorithm.clients_per_round=5 to "
+        "set it in every job")
 
 
 @pytest.mark.parametrize("line, refused", [
