@@ -158,7 +158,7 @@ def run_setting(run_dir: str | Path) -> dict[str, str | None]:
     of a `dane.fit` run's arrays, which its config names as their shape): the problem, the data set, its rows x
     features (the data source's note in the summary), the rows N and features d of a generated data set (its
     config's ``n_samples`` and ``dim``: the synthetic ridge, its data named by its covariance), the workers m, λ and
-    the stop rule."""
+    the stop rule (``the round cap`` where the summary's ``stop_rule`` is null: no ``tol``)."""
     summary, cfg = read_summary(run_dir), run_config(run_dir)
     problem = cfg.get("problem") or {}
     data = problem.get("data") or {}
@@ -173,7 +173,8 @@ def run_setting(run_dir: str | Path) -> dict[str, str | None]:
             "N": f"{int(problem['n_samples']):,}" if generated else None,
             "d": str(problem["dim"]) if generated and problem.get("dim") is not None else None,
             "m": None if summary.get("workers") is None else str(summary["workers"]),
-            "λ": None if lam is None else f"{lam:g}", "stop": summary.get("stop_rule")}
+            "λ": None if lam is None else f"{lam:g}",
+            "stop": summary.get("stop_rule") or ("the round cap" if "stop_rule" in summary else None)}
 
 
 def setting_value(settings: Sequence[dict], key: str) -> str | None:

@@ -63,15 +63,15 @@ def test_the_figure_and_its_table_are_written(runs, tmp_path):
 
 def test_the_title_names_what_the_runs_record(runs, tmp_path, monkeypatch):
     """The suptitle and the caption are the runs' own setting: runs made by dane.fit record the problem, its
-    arrays, m and λ (their config.yaml), not a stop rule, and the title says so rather than the module's
-    a9a/breast_cancer."""
+    arrays, m and λ (their config.yaml), and no tol (each runs to its round cap), and the title says so rather than
+    the module's a9a/breast_cancer."""
     from dane.paper_figs import fednl_bits
 
     drawn = []
     real = fednl_bits.save
     monkeypatch.setattr(fednl_bits, "save", lambda fig, *a, **k: drawn.append(fig) or real(fig, *a, **k))
     main(runs, tmp_path)
-    setting = "logreg on arrays, m = 4, λ = 0.01, stop rule not recorded"
+    setting = "logreg on arrays, m = 4, λ = 0.01, runs stop at the round cap"
     assert " ".join(drawn[0].get_suptitle().split()) == f"{fednl_bits.WHAT} {setting}"
     caption = json.loads((tmp_path / "fednl_bits.json").read_text())["caption"]
     assert caption.startswith(f"{fednl_bits.WHAT}; {setting}; 2 runs;")

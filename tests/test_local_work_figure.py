@@ -87,6 +87,21 @@ def test_a_run_that_never_reached_the_target_says_why_its_cells_are_dashes(tmp_p
     assert f"| blown | {dashes} | 1 | not within 1e-08 relative: stopped at round 1 (diverged) |" in table
 
 
+def test_a_run_without_tol_stops_at_its_round_cap_in_the_caption(tmp_path):
+    """A summary's ``stop_rule`` null is a run without ``tol`` (it ran to its round cap), which the captions said was
+    "stop rule not recorded"; a summary without the key records none."""
+    from dane.paper_figs.common import setting_text
+
+    for name, summary in (("cap", {"workers": 4, "stop_rule": None}), ("tol", {"workers": 4, "stop_rule": "x <= 1"}),
+                          ("old", {"workers": 4})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps(summary))
+    assert setting_text([tmp_path / "cap"]) == "?, m = 4, runs stop at the round cap, data set, λ not recorded"
+    assert setting_text([tmp_path / "tol", tmp_path / "cap"]).endswith(", runs stop at x <= 1 / the round cap, "
+                                                                       "data set, λ not recorded")
+    assert setting_text([tmp_path / "old"]) == "?, m = 4, data set, λ, stop rule not recorded"
+
+
 def test_the_title_and_caption_name_the_runs_data_and_settings(runs, tmp_path_factory, monkeypatch):
     """The problem, data set, rows x features, m, λ and stop rule are the runs' config.yaml and summary.json (not
     the module's constants), on the image (the suptitle) and in the caption; the table's target beside them."""
