@@ -659,17 +659,18 @@ def test_an_lbfgs_local_solve_evaluates_each_point_once(monkeypatch):
 
     seen, value_grad = [], local_solvers.Subproblem.value_grad
 
-    def spy(self, w):
-        seen.append((id(self), w.clone()))
+    def spy(self, w):  # holds each subproblem, so no two rounds' share an id (id() is reused after a free)
+        seen.append((self, w.clone()))
         return value_grad(self, w)
 
     monkeypatch.setattr(local_solvers.Subproblem, "value_grad", spy)
     X, y = table()
     result = dane.fit(dane.problems.LogReg(X, (y > 0).astype(float), lam=1e-2, local_solver="lbfgs"), "dane",
                       workers=1, rounds=3)
-    assert not any(a == b and torch.equal(v, w) for (a, v), (b, w) in zip(seen, seen[1:]))
+    assert not any(a is b and torch.equal(v, w) for (a, v), (b, w) in zip(seen, seen[1:]))
     # one subproblem a round, and each round's passes are its evaluation at w_t and the solve's evaluations
-    solves = [[a for a, _ in seen].count(a) for a in dict.fromkeys(a for a, _ in seen)]
+    ids = [id(a) for a, _ in seen]
+    solves = [ids.count(i) for i in dict.fromkeys(ids)]
     passes = [r["local_passes"] for r in result.records]
     assert len(solves) == 3 and min(solves) >= 2
     assert [b - a for a, b in zip(passes, passes[1:])] == [1 + n for n in solves]
