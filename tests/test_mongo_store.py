@@ -323,6 +323,79 @@ def test_each_worker_fetches_exactly_its_shard(files, tmp_path, monkeypatch):
         assert sorted(i for ids in asked for i in ids) == list(range(1, 58))
 
 
+READ_AGAIN = ("was pushed again since this run first read it (the run's labels and rows would come from two data "
+              "sets); run again (nothing was trained)")
+
+
+@pytest.mark.parametrize("keys, read", [({}, "fetch"), ({"sharding": "dirichlet", "skew_on": "a"}, "column"),
+                                        ({"sharding": "column", "client_column": "kind"}, "clients")])
+def test_a_linear_models_reads_after_its_labels_are_of_their_push_or_one_line(files, tmp_path, keys, read):
+    """A process deals its workers' rows from the labels it read; a push --replace after that made its later reads
+    (a worker's rows, a skewed column, the clients) the new push's: one run's workers on two data sets, and a
+    worker's labels of the first push beside its rows of the second.  Now each later read is refused in one line,
+    and the next run (its check_workers) reads the new push, whose id every worker's shard carries."""
+    from dane.problems.linear_models import LinearModelConfig
+
+    uri = str(tmp_path)
+    client = ["--client-column", "kind"] if read == "clients" else ["--categorical", "kind"]
+    args = (str(files / "t.csv"), "--target", "y", *client, "--uri", uri, "--collection", "t")
+    push(push_args(*args))
+    as_a_new_run(uri)
+    config = LinearModelConfig(data=MongoSource(uri=uri, collection="t", **keys), loss="logistic", lam=0.1)
+    config.labels()  # a run's first read
+    first = connect(uri).manifest("t")["push_id"]
+    if read == "fetch":
+        assert config.build(0, 2).data_push == f"collection t of {uri}, push {first[:12]}"
+    push(push_args(*args, "--replace"))
+    with pytest.raises(DataError) as refused:
+        config.build(1, 2)
+    assert str(refused.value) == f"collection t of {uri} {READ_AGAIN}"
+    assert [entry.name for entry in refused.traceback[-2:]] == [read, "check_push"]
+    config.check_workers(2)  # the next run
+    now = connect(uri).manifest("t")["push_id"]
+    assert now != first and [config.build(rank, 2).data_push for rank in range(2)] == \
+        [f"collection t of {uri}, push {now[:12]}"] * 2
+
+
+def test_launched_workers_that_read_two_pushes_stop_in_one_line(files, tmp_path):
+    """Each process of a launched run reads the store itself: a push --replace that ended between two workers'
+    reads had worker 0 train on the first push and worker 1 on the second, silently.  check_one_push, over the run's
+    communicator (here the simulator's threads, as a launched run's processes would call it), stops every worker
+    with one line naming the workers and the push each read; workers on one push go on, their counters untouched."""
+    from dane.comm import ThreadGroup
+    from dane.loop.worker import check_one_push
+    from dane.problems.linear_models import LinearModelConfig
+
+    uri = str(tmp_path)
+    args = (str(files / "t.csv"), "--target", "y", "--categorical", "kind", "--uri", uri, "--collection", "t")
+    push(push_args(*args))
+    config = LinearModelConfig(data=MongoSource(uri=uri, collection="t"), loss="logistic", lam=0.1)
+    pushes, shards = [], []
+    for rank in range(3):  # as three processes: each run's check_workers and build, a push after worker 0's
+        as_a_new_run(uri)
+        config.check_workers(3)
+        shards.append(config.build(rank, 3))
+        config.release()
+        pushes.append(connect(uri).manifest("t")["push_id"])
+        if rank == 0:
+            push(push_args(*args, "--replace"))
+    assert pushes[0] != pushes[1] == pushes[2]
+
+    def checked(comm):
+        try:
+            check_one_push(config, shards[comm.rank], comm)
+        except DataError as err:
+            return str(err)
+        return comm.bytes_sent, comm.calls
+
+    line = ("workers 1, 2 read another push of the data set than worker 0 (worker {rank} read collection t of {uri}, "
+            "push {push}): it was pushed again while the workers read it, and they would train on two data sets; run "
+            "again (nothing was trained)")
+    assert ThreadGroup(3).run(checked) == [line.format(rank=rank, uri=uri, push=pushes[rank][:12]) for rank in range(3)]
+    shards[0] = shards[1]
+    assert ThreadGroup(3).run(checked) == [(0, 0)] * 3
+
+
 def pushed_csv(tmp: Path) -> None:
     """{tmp}/mongo_store: the module's files, and t.csv pushed to the store {tmp}/mongo_store/s, collection t."""
     files = write_files(tmp / "mongo_store")

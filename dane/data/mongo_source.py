@@ -160,10 +160,12 @@ class MongoSource(ShardingKeys):
         return _LABELS[key]
 
     @reads_the_store
-    def column(self, which: str | int) -> tuple[np.ndarray, str]:
+    def column(self, which: str | int, push_id: str | None = None) -> tuple[np.ndarray, str]:
         """One feature over every row, in id order, read as the projection ``(id, <its field>)``, and its name:
-        ``which`` a feature name or a 0-based index (``data.skew_on``; a column-sharding key reads the same)."""
+        ``which`` a feature name or a 0-based index (``data.skew_on``; a column-sharding key reads the same);
+        ``push_id`` as `fetch`'s."""
         _, _, manifest = self.labels()
+        self.check_push(manifest, push_id)
         columns, names = manifest["columns"], manifest["feature_names"] or manifest["columns"]
         if manifest["kind"] != "dense":
             raise ConfigError(f"data.skew_on={which}: data set {self.collection} holds {manifest['kind']} rows, "
@@ -184,10 +186,11 @@ class MongoSource(ShardingKeys):
         return np.array([doc[columns[j]] for doc in docs], dtype=np.float64), name
 
     @reads_the_store
-    def clients(self) -> np.ndarray:
+    def clients(self, push_id: str | None = None) -> np.ndarray:
         """Every row's client (``data.client_column``), in id order, read as the projection ``(id, client)``:
-        one line where the data set was pushed without that client column."""
+        one line where the data set was pushed without that client column; ``push_id`` as `fetch`'s."""
         _, _, manifest = self.labels()
+        self.check_push(manifest, push_id)
         stored = manifest.get("client_column")
         if stored != self.client_column:
             held = f"holds the clients of column '{stored}'" if stored else "was pushed without a client column"
@@ -208,9 +211,12 @@ class MongoSource(ShardingKeys):
         return clients
 
     @reads_the_store
-    def fetch(self, ids) -> Table:
-        """The rows of ``ids`` (in that order), fetched with ``$in``: X dense or CSR as pushed, y as pushed."""
+    def fetch(self, ids, push_id: str | None = None) -> Table:
+        """The rows of ``ids`` (in that order), fetched with ``$in``: X dense or CSR as pushed, y as pushed; with
+        ``push_id`` (the push whose labels a run dealt: `dane.problems.linear_models.LinearModelConfig`), one line
+        where the data set has been pushed again since, whose rows would not be the labels' (`check_push`)."""
         _, _, manifest = self.labels()
+        self.check_push(manifest, push_id)
         if manifest["kind"] == "images":
             raise ConfigError(f"data.collection={self.collection} holds images; a linear model needs a table "
                               "(push a CSV, LIBSVM or NPZ), or train a network on it (problem=neural)")
@@ -231,6 +237,21 @@ class MongoSource(ShardingKeys):
                  f"{self.store().where(self.collection)}, {pushed_as(manifest)}"]
         return Table(X=X, y=y, name=f"mongo:{self.collection}", notes=notes, feature_names=names)
 
+    def check_push(self, manifest: dict, push_id: str | None,
+                   why: str = "the run's labels and rows would come from two data sets",
+                   then: str = "run again (nothing was trained)") -> None:
+        """One line where the data set's push now (``manifest``'s ``push_id``, new at every push that writes) is not
+        ``push_id``, the push a run first read (None: nothing to check): a ``--replace`` push since, whose data would
+        mix two data sets in one run; ``why`` says what would mix, ``then`` what to do."""
+        if push_id is not None and manifest.get("push_id") != push_id:
+            raise DataError(f"{self.store().where(self.collection)} was pushed again since this run first read it "
+                            f"({why}); {then}")
+
+    def pushed(self, push_id: str | None) -> str | None:
+        """The push ``push_id`` of this data set, named for a line (`dane.loop.worker.check_one_push`): the
+        collection, the store and the push's id as the notes abbreviate it (`pushed_as`); None for None."""
+        return None if push_id is None else f"{self.store().where(self.collection)}, push {push_id[:12]}"
+
     def load(self) -> Table:
         """Every row (one process holding the whole data set: a reference solve, a batched simulator)."""
         ids, _, _ = self.labels()
@@ -245,10 +266,9 @@ class MongoSource(ShardingKeys):
         from dane.data.mongo_store import read_gridfs
 
         _, _, manifest = self.held_labels()
-        if push_id is not None and manifest.get("push_id") != push_id:
-            raise DataError(f"{self.store().where(self.collection)} was pushed again since this run first read it "
-                            "(its images are read as the run goes, so the rest of the run would train on other data); "
-                            "start the run again (no resume=) with overwrite=true or a new out_dir")
+        self.check_push(manifest, push_id, why="its images are read as the run goes, so the rest of the run would "
+                                               "train on other data",
+                        then="start the run again (no resume=) with overwrite=true or a new out_dir")
         if manifest["kind"] != "images":
             raise ConfigError(f"data.collection={self.collection} holds a table, not images; push a folder of "
                               "images (FOLDER/<label>/<image>) for a network")

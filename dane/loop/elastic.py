@@ -264,7 +264,7 @@ def run_elastic(spec, out_dir: str | None, collect: dict | None) -> dict:
     import horovod.torch as hvd
 
     from ..comm.horovod import HorovodCommunicator
-    from .worker import build_problem
+    from .worker import build_problem, check_one_push
 
     hvd.init()
     progress = disk_progress(spec, hvd.size()) if hvd.rank() == 0 else None  # rank 0's is broadcast to all
@@ -275,6 +275,7 @@ def run_elastic(spec, out_dir: str | None, collect: dict | None) -> dict:
         comm = HorovodCommunicator(init=False)
         problem, setup_s = build_problem(spec, comm.rank, comm.size, time.perf_counter)
         spec.problem.release()
+        check_one_push(spec.problem, problem, comm)
         attach_one(spec.problem, problem, comm)
         comm.reset_clock()
         return run_attempt(spec, comm, problem, session, setup_s, collect)

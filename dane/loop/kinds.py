@@ -32,7 +32,7 @@ from .reference import attach_all, attach_one
 from ..records.results import ROUNDS_FILE
 from .spec import RunSpec
 from .callbacks import refusal
-from .worker import build_problem, run_worker
+from .worker import build_problem, check_one_push, run_worker
 from . import timeline
 
 
@@ -236,6 +236,7 @@ def launched_worker(spec: RunSpec, comm: Communicator, out_dir: str | None, coll
     """One launched worker's run: its summary."""
     problem, setup_s = build_problem(spec, comm.rank, comm.size, time.perf_counter)
     spec.problem.release()  # one process, one worker: keep only this worker's shard in memory
+    check_one_push(spec.problem, problem, comm)  # each process read the store itself
     attach_one(spec.problem, problem, comm)
     comm.barrier()
     comm.reset_clock()

@@ -9,10 +9,15 @@ round objects with the same callbacks.
 """
 from __future__ import annotations
 
+import hashlib
+
+import torch
+
 from .callbacks import worker_callbacks
 from .. import compress
 from ..comm import Communicator
 from ..comm.compression import MessageCompression
+from ..errors import DataError
 from .driver import Loop, drive
 from ..problems import Problem
 from .spec import RunSpec
@@ -30,6 +35,25 @@ def build_problem(spec: RunSpec, rank: int, size: int, clock) -> tuple[Problem, 
     problem = spec.problem.build(rank, size, spec.control.dtype)
     timeline.mark("data")
     return problem, clock() - t0
+
+
+def check_one_push(config, problem: Problem, comm: Communicator) -> None:
+    """Collective, before the run's clock: the workers of a run whose problem reads a store by id (``config.by_id``:
+    ``data=mongo``), each in a process of its own that read the data set itself, read one push of it (each shard's
+    ``data_push``), or every one stops with the same line: a ``dane data push --replace`` that ended between two
+    workers' reads would have them train on two data sets.  One uncounted gather of a digest of each worker's push;
+    none for one worker or a problem that reads no store (the simulator's workers share their process's read)."""
+    if not config.by_id or comm.size == 1:
+        return
+    digest = hashlib.sha256((problem.data_push or "").encode()).digest()[:8]
+    with comm.uncounted():  # not the method's traffic
+        table, _ = comm.gather(torch.tensor(list(digest), dtype=torch.float64))
+    digests = table.round().to(torch.int64)
+    others = [str(rank) for rank in range(comm.size) if not torch.equal(digests[rank], digests[0])]
+    if others:
+        raise DataError(f"worker{'s' if len(others) > 1 else ''} {', '.join(others)} read another push of the data "
+                        f"set than worker 0 (worker {comm.rank} read {problem.data_push}): it was pushed again while "
+                        "the workers read it, and they would train on two data sets; run again (nothing was trained)")
 
 
 def run_worker(spec: RunSpec, comm: Communicator, problem: Problem, out_dir: str | None, start: float,

@@ -70,6 +70,9 @@ class Problem:
     target_units: tuple[float, float] | None = None
     #: what the data set is (its name, sizes, split), written into the summary; None: nothing to say
     data_info: dict | None = None
+    #: the push of a store's data set this worker read (its collection, store and push id: ``data=mongo``), which
+    #: every worker of a run must share (`dane.loop.worker.check_one_push`); None: data no push replaces
+    data_push: str | None = None
     #: m when this object holds all m workers' shards stacked (`ProblemConfig.build_stacked`): its methods take
     #: a point of shape (d,) or (m, d) and return per-worker results with a leading axis of m
     #: (`dane.comm.batched`); None: one worker's shard
@@ -173,6 +176,9 @@ class ProblemConfig:
     #: ``attach_reference(problem, comm)``: the workers agree on the reference optimum before the run's clock and
     #: counters start (`dane.loop.reference.attach_one`); None: this problem has none
     attach_reference: Callable[[Problem, Communicator], None] | None = None
+    #: the workers read a store's data set by id (``data=mongo``), which a push may replace while they read it: the
+    #: built shards carry ``data_push``, which a launched run's workers compare (`dane.loop.worker.check_one_push`)
+    by_id: ClassVar[bool] = False
 
     def build(self, rank: int, size: int, dtype: torch.dtype) -> Problem:
         """Worker ``rank``'s shard of ``size``."""

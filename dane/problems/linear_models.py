@@ -174,12 +174,17 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
             return self.table().y
         return self._by_id_labels()[0]
 
-    def _by_id_labels(self) -> tuple[np.ndarray, tuple[float, float] | None, list[str]]:
+    def _by_id_labels(self) -> tuple[np.ndarray, tuple[float, float] | None, list[str], str | None]:
+        """`_fitted_labels` of a by-id source's labels, kept for the process, and the push they were read from (the
+        manifest's ``push_id``): every later read of the process's workers (their rows, the clients, a skewed
+        column) is refused where the data set has been pushed again since (`dane.data.mongo_source.MongoSource.
+        check_push`), so that no worker's rows are another push's than the labels that dealt them."""
         key = ("labels", self.data_key(), self.loss, self.standardize_target)
         if key not in _TABLES:
-            _, y, _ = self.source.labels()
+            _, y, manifest = self.source.labels()
             _TABLES.clear()
-            _TABLES[key] = self.source, self._fitted_labels(y, f"mongo:{self.source.collection}")
+            fitted = self._fitted_labels(y, f"mongo:{self.source.collection}")
+            _TABLES[key] = self.source, (*fitted, manifest.get("push_id"))
         return _TABLES[key][1]
 
     def _fitted_labels(self, y: np.ndarray, name: str) -> tuple[np.ndarray, tuple[float, float] | None, list[str]]:
@@ -255,9 +260,14 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
             raise ConfigError("problem.device=cuda but torch sees no CUDA device; use problem.device=auto or cpu")
 
     def check_workers(self, workers: int) -> None:
+        """Refuse, in one line, workers the rows cannot be dealt to, once per run before any process group; a by-id
+        source's labels are read afresh here, so that a run reads the push its store holds now, not the one a run
+        before it in this process kept (its reads would then be refused: `_by_id_labels`)."""
         self.check_device()
         if self.source.presharded:
             return  # each part is checked by the process that reads it
+        if self.by_id:
+            self.release()
         n = len(self.labels())
         if workers > n:
             name = f"mongo:{self.source.collection}" if self.by_id else self.table().name
@@ -291,9 +301,9 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
                 X, names, clients = table.X, table.feature_names, table.clients
             elif keys["sharding"] == COLUMN:  # by id: the clients alone, read as the (id, client) projection
                 X = names = None
-                clients = self.source.clients()
+                clients = self.source.clients(self._by_id_labels()[3])
             elif keys["skew_on"] != "y":  # by id: the one column skewed on, read as a projection
-                column, name = self.source.column(keys["skew_on"])
+                column, name = self.source.column(keys["skew_on"], self._by_id_labels()[3])
                 X, names, keys = column[:, None], [name], {**keys, "skew_on": name}
             else:
                 X = names = None  # by id: the labels alone
@@ -382,11 +392,12 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
             y_all = self.labels()
             n_total = len(y_all)
             idx, shard_notes = self.worker_rows(rank, size)
-            part = self.source.fetch(idx + 1)  # ids are 1..n in row order
+            _, _, label_notes, push_id = self._by_id_labels()
+            part = self.source.fetch(idx + 1, push_id)  # ids are 1..n in row order; the labels' push, or one line
             X, y, labels = part.X, y_all[idx], y_all
             if self.fit_intercept:
                 X = add_intercept(X)
-            notes += part.notes + self._by_id_labels()[2] + shard_notes
+            notes += part.notes + label_notes + shard_notes
         else:
             table = self.table()
             n_total = len(table.y)
@@ -394,6 +405,8 @@ class LinearModelConfig(SolverOptions, ProblemConfig):
             X, y, labels = table.X[idx], table.y[idx], table.y
             notes += table.notes + shard_notes
         problem = self._shard(X, y, size=size, n_total=n_total, rank=rank, dtype=dtype, notes=notes, labels=labels)
+        if self.by_id:  # the workers of a launched run check that they read one push (dane.loop.worker.check_one_push)
+            problem.data_push = self.source.pushed(self._by_id_labels()[3])
         if self.standardize_target:
             problem.target_units = self.target_units()
         return problem
