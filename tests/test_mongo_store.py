@@ -629,12 +629,14 @@ def test_a_push_leaves_out_the_columns_of_drop_as_a_run_does(files, tmp_path, ca
     stored = MongoSource(uri=uri, collection="ids").load()
     assert stored.feature_names == ["a", "kind=p", "kind=q"]
     np.testing.assert_array_equal(stored.X, [[1.5, 1, 0], [2.5, 0, 1], [4.5, 1, 0]])
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as stopped:
         main(["push", str(table), "--target", "y", "--drop", "id", "--uri", uri, "--collection", "t"])
+    assert stopped.value.code == 2  # a user error (experiments/data.py main)
     assert capsys.readouterr().err == (f"error: {table} has no column 'id'; its columns are: student_id, y, a, kind; "
                                        "set --drop to one of them\n")
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as stopped:
         main(["push", str(files / "t.npz"), "--drop", "a", "--uri", uri, "--collection", "t"])
+    assert stopped.value.code == 2
     assert capsys.readouterr().err == (f"error: dane data push {files / 't.npz'}: --drop is a CSV option, but this "
                                        "file is read as an .npz archive (the format is the suffix: .csv, .npz, any "
                                        "other LIBSVM); push it without --drop, or a CSV table under a name ending in "
@@ -644,8 +646,9 @@ def test_a_push_leaves_out_the_columns_of_drop_as_a_run_does(files, tmp_path, ca
     tsv = tmp_path / "ids.tsv"
     tsv.write_text(table.read_text().replace(",", "\t"))
     for options in (["--target", "y", "--delimiter", "\t"], ["--categorical", "kind"]):
-        with pytest.raises(SystemExit):
+        with pytest.raises(SystemExit) as stopped:
             main(["push", str(tsv), *options, "--uri", uri, "--collection", "tsv"])
+        assert stopped.value.code == 2
         assert capsys.readouterr().err == (f"error: dane data push {tsv}: {options[0]} is a CSV option, but this file "
                                            "is read as LIBSVM (the format is the suffix: .csv, .npz, any other "
                                            f"LIBSVM); push it without {' '.join(o for o in options if o[:2] == '--')}"
@@ -812,8 +815,9 @@ def test_a_push_names_npz_keys_as_its_own_flags(files, tmp_path, capsys):
     archive = tmp_path / "a.npz"
     np.savez(archive, A=np.arange(6.0).reshape(3, 2), y=np.array([0.0, 1.0, 0.0]))
     uri = str(tmp_path / "store")
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as stopped:
         main(["push", str(archive), "--uri", uri, "--collection", "a"])
+    assert stopped.value.code == 2
     assert capsys.readouterr().err == (f"error: {archive} has no array 'X' (--x-key); its keys are: A, y; set --x-key "
                                        "to one of them, or write it with dane.data.files.save_npz(path, X, y)\n")
     assert push(push_args(str(archive), "--uri", uri, "--collection", "a", "--x-key", "A")).startswith("uploaded 3")
@@ -1024,8 +1028,10 @@ def test_a_runs_collection_name_is_refused_by_the_pushs_rule(files, tmp_path, ca
     problem = "'.' (character 2) is not allowed in an embedded store's collection name"
     assert str(raised.value) == (f"data.collection='a.b': {problem}; give the name of a data set pushed with dane data "
                                  "push ... --collection NAME")
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as stopped:
         main(["push", str(files / "t.npz"), "--uri", uri, "--collection", "a.b"])
-    assert capsys.readouterr().err.startswith(f"error: --collection 'a.b': {problem}; ")
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == (f"error: --collection 'a.b': {problem}; choose another name (letters, digits, "
+                                       "'_' and '-'), e.g. --collection a_b\n")
     assert MongoSource(uri="mongodb://localhost/dane", collection="a.b").collection == "a.b"
     assert not (tmp_path / "store").exists()
