@@ -572,6 +572,37 @@ def test_a_network_whose_data_set_is_pushed_again_mid_run_is_refused_not_mixed(f
     assert len(again.train_y) + len(again.test_y) == 6 and set(pixels.round().unique().tolist()) <= {0.0, 40.0, 80.0}
 
 
+def test_launched_network_workers_that_read_two_pushes_stop_in_one_line(files, tmp_path):
+    """A launched network's processes each read the labels (and later the images) of the push they found first: a
+    push --replace between two workers' first reads had them train on two data sets, each checking only against its
+    own push.  Each shard now carries its push, and check_one_push stops every worker with one line."""
+    from dane.comm import ThreadGroup
+    from dane.loop.worker import check_one_push
+    from dane.problems import neural
+
+    config = image_spec(files, tmp_path).problem
+    shards, pushes = [], []
+    for rank in range(2):  # as two processes: each its own read of the store, a push after worker 0's
+        neural._store_dataset.cache_clear()
+        shards.append(config.build(rank, 2))
+        pushes.append(connect(str(tmp_path)).manifest("shapes")["push_id"])
+        push(push_args(str(files / "img"), "--uri", str(tmp_path), "--collection", "shapes", "--replace"))
+    assert pushes[0] != pushes[1]
+
+    def checked(comm):
+        try:
+            check_one_push(config, shards[comm.rank], comm)
+        except DataError as err:
+            return str(err)
+
+    assert ThreadGroup(2).run(checked) == [
+        f"worker 1 read another push of the data set than worker 0 (worker {rank} read collection shapes of "
+        f"{tmp_path}, push {pushes[rank][:12]}): it was pushed again while the workers read it, and they would train "
+        "on two data sets; run again (nothing was trained)" for rank in range(2)]
+    shards[0] = shards[1]
+    assert ThreadGroup(2).run(checked) == [None, None]
+
+
 def test_split_agents_read_each_minibatch_by_id_from_their_list(files, tmp_path, fetched):
     """algorithm=split on data=mongo: building the agents reads no images; agent a's minibatch k reads exactly the
     ids of its assigned list at that batch's positions."""

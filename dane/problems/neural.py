@@ -209,6 +209,11 @@ class NeuralProblemConfig(ProblemConfig):
         return InnerSolver(optimizer=self.inner_optimizer, lr=self.inner_lr, steps=self.inner_steps,
                            batch_size=self.inner_batch_size, momentum=self.inner_momentum)
 
+    @property
+    def by_id(self) -> bool:
+        """Whether the workers read a store's images by id (``data@problem.data=mongo``: `dane.data.mongo_source`)."""
+        return getattr(self.data, "by_id", False)
+
     def dataset(self) -> Dataset:
         d = self.data
         if getattr(d, "by_id", False):  # data@problem.data=mongo: labels now, each worker's images by id
@@ -313,6 +318,8 @@ class NeuralProblemConfig(ProblemConfig):
         )
         problem.solver_notes.worker = rank  # whose rows its inner nulls read
         problem.data_info = data.info()  # into the run's summary: what the numbers were measured on
+        if self.by_id:  # the workers of a launched run check that they read one push (dane.loop.worker.check_one_push)
+            problem.data_push = self.data.pushed(data.train_x.push_id)
         return problem
 
 
