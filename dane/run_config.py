@@ -364,9 +364,34 @@ def run_control(cfg: DictConfig, backend: str, workers: int, seed: int, tol: flo
         save_iterate=checks.boolean("save_iterate", cfg.get("save_iterate", False)),
         similarity=checks.boolean("similarity", cfg.get("similarity", False)),
         config_text=OmegaConf.to_yaml(cfg, resolve=True),
+        config_dirs=own_config_dirs(),
         logger=tuple(cfg.logger) if OmegaConf.is_list(cfg.get("logger")) else cfg.get("logger", "jsonl"),
         mlflow_uri=cfg.get("mlflow_uri"),
     )
+
+
+def own_config_dirs() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(folder, the yamls of it the config was composed from) of each folder of one's own on Hydra's search path
+    (``--config-dir``, ``hydra.searchpath``: every folder but the package's `CONF_DIR`), for the run's provenance.
+    A yaml is the primary config or a group's chosen option (``hydra.runtime.choices``, ``data@problem.data`` as
+    ``data/``) that the folder holds and no folder before it does: Hydra composes the first it finds.  () outside a
+    Hydra run."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return ()
+    hydra = HydraConfig.get()
+    folders = [Path(str(source.path)) for source in hydra.runtime.config_sources if source.schema == "file"]
+    wanted = [f"{hydra.job.config_name}.yaml"] + [
+        f"{group.split('@')[0]}/{option}.yaml" for group, option in hydra.runtime.choices.items()
+        if isinstance(option, str) and not group.startswith("hydra/")]
+    composed = {folder: [] for folder in folders}
+    for name in wanted:
+        first = next((folder for folder in folders if (folder / name).is_file()), None)
+        if first is not None:
+            composed[first].append(name)
+    return tuple((str(folder), tuple(names)) for folder, names in composed.items()
+                 if folder.resolve() != CONF_DIR.resolve())
 
 
 def cycle_time(comm: DictConfig, problem) -> float:

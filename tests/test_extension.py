@@ -6,6 +6,8 @@ w_{t+1} = (1/m) Σ_i (2s X_iᵀX_i + (2λ + μ) I)⁻¹ (2s X_iᵀy_i + μ w_t),
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sys
 from contextlib import contextmanager
@@ -107,6 +109,72 @@ def test_an_outside_algorithm_from_its_yaml_in_the_simulator_equals_its_closed_f
     assert_closed_form(read_rounds(tmp_path), torch.load(tmp_path / "iterate.pt"))
     header = next(line for line in proc["stdout"].splitlines() if line.split()[:1] == ["round"])
     assert header.split() == ["round", "time_s", "bytes_sent", "objective", "suboptimality", "grad_norm", "mu"]
+
+
+def test_an_outside_algorithms_run_records_the_hashes_of_its_file_and_yaml(commands):
+    """The --config-dir run's summary pins the code git_commit does not: the module its ``_target_`` names and the
+    yaml it composed from the folder, each by the SHA-256 of its bytes."""
+    assert commands[IN_THE_SIMULATOR]["rc"] == 0
+    provenance = json.loads((commands.tmp / "extension" / "summary.json").read_text())["provenance"]
+    module, yaml_file = OUTSIDE / "my_fedprox.py", OUTSIDE / "conf" / "algorithm" / "my_fedprox.yaml"
+    assert provenance["own_code"] == {"my_fedprox": {"path": str(module),
+                                                     "sha256": hashlib.sha256(module.read_bytes()).hexdigest()}}
+    assert provenance["config_dirs"] == {
+        str(OUTSIDE / "conf"): {"algorithm/my_fedprox.yaml": hashlib.sha256(yaml_file.read_bytes()).hexdigest()}}
+
+
+TINY_PROBLEM = '''\
+from dataclasses import dataclass
+
+from dane.problems import RidgeSyntheticConfig
+
+
+@dataclass(frozen=True)
+class TinyRidge(RidgeSyntheticConfig):
+    """The package's ridge problem under a name of one's own."""
+
+    name: str = "tiny_ridge"
+'''
+
+
+def test_a_run_records_its_own_problems_file_hash_and_a_package_run_records_none(tmp_path, monkeypatch):
+    """In process, as the entry point runs it (Hydra's runtime config set, then `run_spec`): a problem of one's own
+    in tmp_path, found on the search path, is in the summary's provenance by its file's SHA-256 (and its yaml's); a
+    run of the package's problem has neither key, its provenance keys are those of a run before they existed."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from dane.loop.launch import execute
+    from dane.run_config import run_spec
+    from helpers import composed
+
+    (tmp_path / "conf" / "problem").mkdir(parents=True)
+    (tmp_path / "tiny_own_problem.py").write_text(TINY_PROBLEM)
+    (tmp_path / "conf" / "problem" / "tiny_ridge.yaml").write_text(
+        "_target_: tiny_own_problem.TinyRidge\nname: tiny_ridge\nn_samples: 40\ndim: 3\nseed: ${seed}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def provenance(run: str, *overrides: str) -> dict:
+        cfg = composed(*overrides, "workers=2", "rounds=1", "quiet=true", f"out_dir={tmp_path / run}", hydra=True)
+        monkeypatch.setattr(HydraConfig.instance(), "cfg", OmegaConf.masked_copy(cfg, "hydra"))
+        with open_dict(cfg):
+            del cfg["hydra"]  # as the entry point gets it
+        execute(run_spec(cfg), str(tmp_path / run))
+        return json.loads((tmp_path / run / "summary.json").read_text())["provenance"]
+
+    try:
+        own = provenance("own", f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "problem=tiny_ridge")
+    finally:
+        sys.modules.pop("tiny_own_problem", None)  # tmp_path's module: no later test imports it by this name
+    module = tmp_path / "tiny_own_problem.py"
+    assert own["own_code"] == {"tiny_own_problem": {"path": str(module.resolve()),
+                                                    "sha256": hashlib.sha256(module.read_bytes()).hexdigest()}}
+    yaml_file = tmp_path / "conf" / "problem" / "tiny_ridge.yaml"
+    assert own["config_dirs"] == {
+        str(tmp_path / "conf"): {"problem/tiny_ridge.yaml": hashlib.sha256(yaml_file.read_bytes()).hexdigest()}}
+    package = provenance("package", "problem=ridge_synthetic", "problem.n_samples=40", "problem.dim=3")
+    assert set(package) == {"git_commit", "git_dirty", "command", "started_at", "host", "load_avg", "torch",
+                            "cpu_capability", "machine"} == set(own) - {"own_code", "config_dirs"}
 
 
 @pytest.mark.slow  # two launched processes (torchrun): kept out of the fast suite's time budget

@@ -163,7 +163,8 @@ class Records(Callback):
         control = self.control
         loop.writer = RunWriter(loop.out_dir, resume=loop.continuing, overwrite=replaces(control, loop.out_dir),
                                 resume_offer=resume_offer(loop.out_dir), out_dir_key=control.out_dir_key,
-                                prepare=lambda: [step() for step in loop.when_locked])  # on_close releases it
+                                prepare=lambda: [step() for step in loop.when_locked],  # on_close releases it
+                                config_text=control.config_text, config_dirs=control.config_dirs)
         if control.overwrite and not loop.continuing:  # the replaced run's checkpoints: no later resume may find them
             shutil.rmtree(os.path.join(loop.out_dir, CHECKPOINT_DIR), ignore_errors=True)
         if control.config_text:

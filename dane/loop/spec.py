@@ -125,6 +125,7 @@ class RunControl:
     save_iterate: bool = False       # rank 0 writes the final iterate to <out_dir>/iterate.pt
     similarity: bool = False         # measure the Hessian dissimilarity at the first and last iterate (summary)
     config_text: str = ""            # the resolved config, written beside the records and checked on resume
+    config_dirs: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (folder of one's own, its yamls composed): provenance
     logger: tuple[str, ...] = ("jsonl",)  # rank 0's trackers: jsonl (always written), tensorboard, mlflow (dane.records.trackers)
     mlflow_uri: str | None = None    # logger=mlflow: a tracking URI; None: a file store in <run dir>/mlruns
 

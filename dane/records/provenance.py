@@ -1,4 +1,4 @@
-"""Where a run or a figure came from: code commit, command, date, machine load.
+"""Where a run or a figure came from: code commit, command, date, machine load, and code of one's own.
 
 A run records `run_provenance()` in its ``summary.json`` (taken when its writer opens,
 so the load average is the machine's state as the run started).  A figure's sidecar
@@ -7,12 +7,15 @@ the same logs carries the same provenance: nothing in it depends on when it was 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from contextlib import contextmanager
+import site
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -174,10 +177,14 @@ def sweep_command() -> list[str] | None:
     return list(told) if isinstance(told, list) else None
 
 
-def run_provenance() -> dict:
+def run_provenance(config_text: str = "", config_dirs: tuple[tuple[str, tuple[str, ...]], ...] = ()) -> dict:
     """What a run's summary records about its origin: code, command line (a sweep's job: its own, the sweep's in
-    ``sweep_command``), start time, host, load, numerics, and the launcher's process layout (`launch_layout`)
-    when one started it."""
+    ``sweep_command``), start time, host, load, numerics, the launcher's process layout (`launch_layout`)
+    when one started it, and what ``git_commit`` does not pin: ``own_code`` (`own_code`) of the run's resolved config
+    ``config_text`` and ``config_dirs`` (`config_files`) of the folders of one's own it was composed from, each
+    only where there is one."""
+    import yaml  # not at the module's top: the dane command imports this module before it knows it runs a run
+
     sweep = sweep_command()
     provenance = {
         **code_version(),
@@ -191,4 +198,83 @@ def run_provenance() -> dict:
     layout = launch_layout()
     if layout is not None:
         provenance["launch"] = layout
+    own = own_code(yaml.safe_load(config_text) if config_text else None)
+    if own:
+        provenance["own_code"] = own
+    if config_dirs:
+        provenance["config_dirs"] = config_files(config_dirs)
     return provenance
+
+
+def own_code(config) -> dict:
+    """``{module: {"path": its file, "sha256": of its bytes}}`` of each module of one's own that defines what a
+    ``_target_`` in ``config`` (a run's resolved config, as plain dicts and lists) names: code outside the package,
+    which ``git_commit`` does not pin, so that a later rerun can tell whether the file changed.  Only modules this
+    process imported (the run built its config from them) count; the package's own (``dane.*``), the standard
+    library's and an installed distribution's (site-packages) are left out.  {} where there is none."""
+    named: set[str] = set()
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("_target_"), str):
+                named.add(node["_target_"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(config)
+    found = {}
+    for target in sorted(named):
+        module = defining_module(target)
+        path = getattr(module, "__file__", None)
+        if module is None or path is None or module.__name__.split(".")[0] == "dane" or installed(Path(path)):
+            continue
+        found[module.__name__] = {"path": str(Path(path).resolve()), "sha256": file_sha256(Path(path))}
+    return found
+
+
+def defining_module(target: str):
+    """The imported module that defines what the dotted ``target`` names (the class's ``__module__``: a class a
+    package re-exports is its defining file's), else the longest imported module ``target`` starts with; None
+    where none is imported."""
+    parts = target.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if module is None:
+            continue
+        obj = module
+        for attribute in parts[cut:]:
+            obj = getattr(obj, attribute, None)
+        defined_in = getattr(obj, "__module__", None)
+        return sys.modules.get(defined_in, module) if isinstance(defined_in, str) else module
+    return None
+
+
+@lru_cache(maxsize=1)
+def installed_roots() -> tuple[Path, ...]:
+    """The folders of the standard library and of installed distributions (site-packages)."""
+    paths = sysconfig.get_paths()
+    folders = [paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths]
+    folders += [*getattr(site, "getsitepackages", list)(), site.getusersitepackages()]
+    return tuple(Path(folder).resolve() for folder in folders)
+
+
+def installed(path: Path) -> bool:
+    resolved = path.resolve()
+    return any(resolved.is_relative_to(root) for root in installed_roots())
+
+
+def file_sha256(path: Path) -> str | None:
+    """The SHA-256 of the file's bytes, None where it cannot be read."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def config_files(config_dirs: tuple[tuple[str, tuple[str, ...]], ...]) -> dict:
+    """``{folder: {yaml: sha256}}`` of the folders of one's own a run's config was composed from
+    (`dane.loop.spec.RunControl.config_dirs`: ``--config-dir``), each yaml by its path in the folder."""
+    return {folder: {name: file_sha256(Path(folder) / name) for name in names} for folder, names in config_dirs}

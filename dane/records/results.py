@@ -171,7 +171,8 @@ class RunWriter:
     """Appends round records and writes the summary; flushes every line so a crash loses nothing.
 
     The summary also gets ``provenance`` (`dane.records.provenance.run_provenance`, taken when the
-    writer opens: commit, command, start time, host, load average).
+    writer opens: commit, command, start time, host, load average; the code of one's own that the run's resolved
+    config ``config_text`` names, and the yamls of one's own folders ``config_dirs`` it was composed from).
 
     A run owns its directory: the writer takes ``<out_dir>/.lock`` (`dane.records.lock.take_lock`: created
     exclusively, holding host and pid; released by `close`, after the summary), so a second run into the same
@@ -188,7 +189,8 @@ class RunWriter:
     """
 
     def __init__(self, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
-                 resume_offer: str = "", out_dir_key: str = "out_dir", prepare: Callable[[], object] | None = None):
+                 resume_offer: str = "", out_dir_key: str = "out_dir", prepare: Callable[[], object] | None = None,
+                 config_text: str = "", config_dirs: tuple[tuple[str, tuple[str, ...]], ...] = ()):
         self.out_dir = Path(out_dir)
         self.trackers = None
         self._wrote = 0  # records and the summary written: close keeps a directory that has any
@@ -218,7 +220,7 @@ class RunWriter:
                 for name in (*old, *RUN_FILES):
                     path = self.out_dir / name
                     shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
-            self.provenance = run_provenance()
+            self.provenance = run_provenance(config_text, config_dirs)
             self._note_made(ROUNDS_FILE)
             self._rounds = open(self.out_dir / ROUNDS_FILE, "a", buffering=1)
         except BaseException:
