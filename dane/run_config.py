@@ -367,6 +367,7 @@ def run_control(cfg: DictConfig, backend: str, workers: int, seed: int, tol: flo
         config_dirs=own_config_dirs(),
         logger=tuple(cfg.logger) if OmegaConf.is_list(cfg.get("logger")) else cfg.get("logger", "jsonl"),
         mlflow_uri=cfg.get("mlflow_uri"),
+        notes=launched_notes(cfg, backend),
     )
 
 
@@ -392,6 +393,31 @@ def own_config_dirs() -> tuple[tuple[str, tuple[str, ...]], ...]:
             composed[first].append(name)
     return tuple((str(folder), tuple(names)) for folder, names in composed.items()
                  if folder.resolve() != CONF_DIR.resolve())
+
+
+#: the config whose ``sim:`` block holds the simulator's defaults (`simulator_keys_set`)
+CONFIG_FILE = CONF_DIR / "config.yaml"
+
+
+def simulator_keys_set(sim: DictConfig, defaults: DictConfig | None = None) -> list[str]:
+    """The ``sim.*`` keys whose value in ``sim`` (a composed config's) differs from ``defaults`` (`CONFIG_FILE`'s
+    ``sim:`` where None), in ``sim``'s order: what the command line, an experiment file or a config of one's own
+    set, whichever set it; a key set to its default value is none of them."""
+    default = OmegaConf.to_container(OmegaConf.load(CONFIG_FILE).sim if defaults is None else defaults, resolve=True)
+    given = OmegaConf.to_container(sim, resolve=True)
+    return [f"sim.{key}" for key, value in given.items() if key not in default or value != default[key]]
+
+
+def launched_notes(cfg: DictConfig, backend: str) -> tuple[str, ...]:
+    """`RunControl.notes` of a run on ``backend``: launched (horovod, torch or ps: horovodrun, torchrun, Slurm), one
+    note naming the simulator's keys its config set (`simulator_keys_set`), which nothing but the simulator reads;
+    none in one process, nor where no such key is set.  A note, not a refusal: one sweep config may serve simulated
+    and launched runs alike."""
+    keys = simulator_keys_set(cfg.sim) if backend != "local" else []
+    if not keys:
+        return ()
+    verb, them = ("is", "it") if len(keys) == 1 else ("are", "them")
+    return (f"{', '.join(keys)} {verb} the simulator's (dane simulate); a launched run ignores {them}",)
 
 
 def cycle_time(comm: DictConfig, problem) -> float:

@@ -140,6 +140,24 @@ def test_progress_none_keeps_the_closing_line_and_quiet_says_nothing(capsys, con
     assert all(line.startswith("gd on ridge_synthetic, 1 worker(s)") for line in out.splitlines())
 
 
+def test_the_configs_notes_follow_the_problems_on_stderr_and_in_the_summary(capsys):
+    """`RunControl.notes` (a launch's ignored ``sim.*`` keys: `dane.run_config.launched_notes`) come after the
+    problem's notes: rank 0 prints each as a ``note:`` line before round 0, the summary's ``notes`` keeps them;
+    quiet=true prints none and keeps them."""
+    from dane.loop.callbacks import worker_callbacks
+
+    said = "sim.slowdown is the simulator's (dane simulate); a launched run ignores it"
+    for quiet in (False, True):
+        run_spec = spec(notes=(said,), quiet=quiet)
+        loop = loop_for(run_spec)
+        loop.problem.notes = ["the problem's note"]  # as a data set's or a solver's choice is
+        summary = drive(loop, worker_callbacks(run_spec, loop))
+        err = capsys.readouterr().err
+        assert summary["notes"] == ["the problem's note", said]
+        assert [line for line in err.splitlines() if line.startswith("note: ")] == \
+            ([] if quiet else [f"note: {note}" for note in summary["notes"]])
+
+
 def test_checkpoints_resume_the_run_at_its_committed_round_as_if_never_stopped(tmp_path):
     whole = loop_for(spec())
     drive(whole, [])

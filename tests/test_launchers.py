@@ -121,7 +121,46 @@ def test_launcher_iterates_equal_the_in_process_simulation(name, simulated, fres
     assert summary["workers"] == 2
     assert summary["local_work"] == {key: real[-1][key] for key in LOCAL_WORK}
     assert summary["backend"] == ("horovod" if name == "horovodrun" else "torch")
+    # sim.slowdown=[1,3] slowed the simulator's clock; the launch ran without it, and its notes say so
+    assert SIM_NOTE in summary["notes"] and SIM_NOTE not in read_summary(simulated_run)["notes"]
     assert not (REPO / "outputs").exists()  # no rank made a Hydra directory of its own
+
+
+#: the note of a launched run whose config set sim.slowdown (`dane.run_config.launched_notes`)
+SIM_NOTE = "sim.slowdown is the simulator's (dane simulate); a launched run ignores it"
+
+
+@pytest.mark.parametrize("overrides, name, keys", [
+    ((), "config", []),
+    (("sim.slowdown=[1,3]",), "config", ["sim.slowdown"]),
+    (("sim.slowdown=[1,3]", "sim.alpha=1e-3", "sim.topology=ps"), "config", ["sim.alpha", "sim.topology", "sim.slowdown"]),
+    (("sim.alpha=null", "sim.slowdown=[1]", "sim.batched=auto"), "config", []),  # each its default: none set
+    (("sim.batched=false", "sim.fail_at=[]", "sim.seed=1"), "config", ["sim.seed", "sim.batched"]),
+    (("experiment=table_mnist_lenet5",), "config", ["sim.alpha", "sim.beta", "sim.single_worker"]),  # a file's keys
+    ((), "simulate", ["sim.single_worker"]),
+], ids=["none", "slowdown", "three", "defaults", "bool", "experiment", "simulate"])
+def test_the_simulators_keys_a_config_set_are_those_off_the_configs_defaults(overrides, name, keys):
+    """The ``sim.*`` keys whose composed value differs from conf/config.yaml's, in the config's order, whoever set
+    them: the command line, an experiment file (`dane.run_config.simulator_keys_set`)."""
+    from dane.run_config import simulator_keys_set
+    from helpers import composed
+
+    assert simulator_keys_set(composed(*overrides, name=name).sim) == keys
+
+
+def test_a_launched_run_notes_the_simulators_keys_it_ignores():
+    """One note naming them on a launched backend (horovod, torch, ps), which rank 0 prints and the summary keeps;
+    none in one process, where the simulator reads them, nor in a launch that set none
+    (`dane.run_config.launched_notes`)."""
+    from dane.run_config import launched_notes
+    from helpers import composed
+
+    one, three = composed("sim.slowdown=[1,3]"), composed("sim.slowdown=[1,3]", "sim.alpha=1e-3", "sim.topology=ps")
+    launched = ("horovod", "torch", "ps")
+    assert [launched_notes(one, backend) for backend in launched] == [(SIM_NOTE,)] * 3
+    assert [launched_notes(three, backend) for backend in launched] == [(
+        "sim.alpha, sim.topology, sim.slowdown are the simulator's (dane simulate); a launched run ignores them",)] * 3
+    assert launched_notes(one, "local") == launched_notes(three, "local") == launched_notes(composed(), "torch") == ()
 
 
 #: a float of a record (objective, gradient norm, a step size, a suboptimality) may differ by this much, relative to

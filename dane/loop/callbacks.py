@@ -206,7 +206,8 @@ def shown_notes(notes: list[str]) -> list[str]:
 
 class Display(Callback):
     """Rank 0's per-round display (`display`: the table of ``algorithm``'s columns or a progress bar); with
-    ``preamble``, the problem's notes first and the stop rule above the first record."""
+    ``preamble``, the problem's notes first and the stop rule above the first record; the config's notes
+    (`dane.loop.spec.RunControl.notes`) before the rounds in any case."""
 
     def __init__(self, control, algorithm: type[Algorithm] = Algorithm, *, preamble: bool = True):
         self.control, self.algorithm, self.preamble = control, algorithm, preamble
@@ -214,7 +215,7 @@ class Display(Callback):
 
     def on_open(self, loop) -> None:
         self.show = display(self.control, self.algorithm)
-        for line in shown_notes(loop.problem.notes if self.preamble else []):
+        for line in shown_notes([*(loop.problem.notes if self.preamble else ()), *self.control.notes]):
             say(line)
 
     def on_round(self, loop, record: dict) -> None:
@@ -259,12 +260,14 @@ class Timeline(Callback):
 
 
 class ProblemFacts(Callback):
-    """The last gradient norm and what the problem says of its data (notes, ``data_info``), in the summary."""
+    """The last gradient norm and what the problem says of its data (notes, ``data_info``), in the summary; the
+    config's notes (`dane.loop.spec.RunControl.notes`) after the problem's."""
 
     def on_end(self, loop, summary: dict) -> None:
         summary["final_grad_norm"] = loop.records[-1].get("grad_norm")
-        if loop.problem.notes:
-            summary["notes"] = list(loop.problem.notes)
+        notes = [*loop.problem.notes, *loop.spec.control.notes]
+        if notes:
+            summary["notes"] = notes
         if loop.problem.data_info is not None:
             summary["data"] = loop.problem.data_info
 

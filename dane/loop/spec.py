@@ -128,6 +128,8 @@ class RunControl:
     config_dirs: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (folder of one's own, its yamls composed): provenance
     logger: tuple[str, ...] = ("jsonl",)  # rank 0's trackers: jsonl (always written), tensorboard, mlflow (dane.records.trackers)
     mlflow_uri: str | None = None    # logger=mlflow: a tracking URI; None: a file store in <run dir>/mlruns
+    notes: tuple[str, ...] = ()      # what the config says of the run, as the problem's notes are: rank 0 prints them
+                                     # before round 0 and the summary's ``notes`` keeps them (a launch's sim.* keys)
 
     def __post_init__(self):
         object.__setattr__(self, "logger", check_loggers(self.logger))  # a missing extra: one line, pip install ...

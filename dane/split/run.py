@@ -156,8 +156,9 @@ def split_entries(spec, algo: SplitRun, last: dict) -> dict:
         entries.update(simulated_time_s=last["time_s"], **{**spec.comm.cost.describe(), "calibration": ALPHA_BETA_ONLY})
         if spec.comm.cost_file is not None:
             entries["calibration_file"] = spec.comm.cost_file
-    if config.notes:
-        entries["notes"] = list(config.notes)
+    notes = [*config.notes, *spec.control.notes]  # what the run chose for the user, then what the config says
+    if notes:
+        entries["notes"] = notes
     return entries
 
 
