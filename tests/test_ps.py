@@ -200,6 +200,37 @@ def test_a_dissimilarity_measurement_is_on_the_servers_counts_exactly_when_it_is
     assert sum(link["to_server_bytes"] for link in server["links"]) == 2 * (24 + cost[1])
 
 
+def test_the_final_evaluation_is_on_the_servers_counts_and_in_no_record():
+    """docs/parameter_server.md: GD (a given lr: no measurement before round 0) for 2 rounds on 2 workers through one
+    server, each allreduce 3 gradient entries and 2 metrics (objective, suboptimality), 40 bytes.  The records count
+    the 2 rounds (``total_bytes`` 80, 2 allreduces, 2 passes on each of the 2 clients); the final evaluation of w_2
+    after them, one more push and pull of 40 bytes and a pass on each client, is on the server's and the links'
+    counts alone."""
+    from dane.baselines import GDConfig
+    from dane.loop.callbacks import worker_callbacks
+    from dane.loop.driver import Loop, drive
+    from dane.loop.spec import Communication, RunControl, RunSpec
+    from dane.loop.stopping import StopRule
+    from dane.problems import RidgeSyntheticConfig
+
+    spec = RunSpec(problem=RidgeSyntheticConfig(n_samples=40, dim=3), algorithm=GDConfig(lr=0.1),
+                   comm=Communication(backend="ps", workers=2), control=RunControl(stop=StopRule(rounds=2), quiet=True))
+    spec.problem.prepare()
+
+    def work(comm):
+        problem = spec.problem.build(comm.rank, comm.size, torch.float64)
+        loop = Loop(spec, spec.algorithm.build(problem, comm), comm, None, problem)
+        return drive(loop, worker_callbacks(spec, loop))
+
+    summary, _, server = on_servers(2, 1, work)
+    message = 8 * (3 + 2)
+    assert (summary["rounds"], summary["total_bytes"], summary["comm_rounds"]) == (2, 2 * message, 2)
+    assert (summary["local_work"]["local_passes"], summary["local_work"]["local_passes_max"]) == (4, 2)
+    assert (server["pushes"], server["pulls"]) == (3, 3)  # the 2 rounds' allreduces and the final evaluation
+    assert [link["to_server_bytes"] for link in server["links"]] == [summary["total_bytes"] + message] * 2
+    assert summary["parameter_server"]["server"][0]["pushes"] == 3  # what the summary says of the servers
+
+
 def test_slices_cover_the_buffer_in_order():
     for numel in (0, 1, 7, 513):
         for servers in (1, 2, 3, 5):
