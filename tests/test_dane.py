@@ -40,6 +40,23 @@ def test_synthetic_ridge_n18000_m2_reaches_1e10_within_10_rounds(safeguard):
     assert records[-1]["comm_rounds"] == 2 * records[-1]["round"]
 
 
+def test_the_final_evaluations_record_repeats_none_of_danes_own_keys():
+    """docs/results.md: the record of round ``rounds`` (the final evaluation, after the last round) has the metrics
+    and counters and none of DANE's ``mu``, ``spread``, ``accepted`` (here the safeguard keeps the last trial: no
+    ``accepted: false``), where GD's repeats its ``lr``; round 0's record has no ``spread``, the others all three."""
+    from dane.baselines import GDConfig
+
+    problems = ridge_shards(2, RidgeSyntheticConfig(n_samples=400, dim=10))
+    (algo, records, _), _ = simulate(DANEConfig(), problems, rounds=3)
+    own = {"mu", "spread", "accepted"}
+    assert [sorted(own & set(r)) for r in records] == \
+        [["accepted", "mu"], sorted(own), sorted(own), []]
+    assert {"objective", "grad_norm", "suboptimality", "bytes_sent", "comm_rounds"} <= set(records[-1])
+    assert algo.comm.calls == records[-1]["comm_rounds"] + 1 == 2 * 3 + 1  # the final evaluation's: in no record
+    (_, gd, _), _ = simulate(GDConfig(lr=0.1), problems, rounds=2)
+    assert [r["lr"] for r in gd] == [0.1] * 3
+
+
 def test_suboptimality_identity_matches_objective_difference():
     problem = RidgeSyntheticConfig(n_samples=900, dim=30, seed=5).build_stacked(3)  # 3 equal shards, stacked
     (_, records, _), *_ = simulate_stacked(DANEConfig(mu=0.1), problem, rounds=3)
