@@ -399,11 +399,11 @@ def own_config_dirs() -> tuple[tuple[str, tuple[str, ...]], ...]:
 CONFIG_FILE = CONF_DIR / "config.yaml"
 
 
-def simulator_keys_set(sim: DictConfig, defaults: DictConfig | None = None) -> list[str]:
-    """The ``sim.*`` keys whose value in ``sim`` (a composed config's) differs from ``defaults`` (`CONFIG_FILE`'s
-    ``sim:`` where None), in ``sim``'s order: what the command line, an experiment file or a config of one's own
-    set, whichever set it; a key set to its default value is none of them."""
-    default = OmegaConf.to_container(OmegaConf.load(CONFIG_FILE).sim if defaults is None else defaults, resolve=True)
+def simulator_keys_set(sim: DictConfig) -> list[str]:
+    """The ``sim.*`` keys whose value in ``sim`` (a composed config's) differs from `CONFIG_FILE`'s ``sim:``, in
+    ``sim``'s order: what the command line, an experiment file or a config of one's own set, whichever set it; a
+    key set to its default value is none of them."""
+    default = OmegaConf.to_container(OmegaConf.load(CONFIG_FILE).sim, resolve=True)
     given = OmegaConf.to_container(sim, resolve=True)
     return [f"sim.{key}" for key, value in given.items() if key not in default or value != default[key]]
 
