@@ -8,13 +8,21 @@ stopped before its first record).  Its status is the summary's; with records but
 summary it is ``running or crashed``, with an error file or nothing at all ``failed``, followed by why where the
 error file says it (its first line, `failure_reason`: ``failed: algorithm.lr must be > 0, got -1``; with ``--json``
 the row's ``reason``).
+Each row names the job and, beside it, the method (its display name: the ``label`` its summary.json records, else
+its algorithm class's, `dane.algorithm.label_of_run`).
 "To tol" is the round and the allreduce count (``comm_rounds``) of the first record whose
 ``--key`` is at most ``--tol`` (absolute, not the run's own ``tol``, which is relative, nor ``dane figures
 local_work``'s target, relative too), ``-`` if none is; the column's header says "(absolute)".  Without
 ``--key``, the key is ``suboptimality``, or ``grad_norm`` for a run whose records carry no suboptimality (no
-reference optimum), and the column's header names the key of each row.  Final values come from ``summary.json``
-when there is one, else from the last complete record.  Prints a markdown table, or
-with ``--json`` a list of objects (non-finite numbers as the strings "inf", "nan").
+reference optimum), and the column's header names the key of each row.  Rounds alone rank no method: beside them,
+at that record and at the end, are the bits up and down (`TRAFFIC`: "bits up/down", one worker's ``uplink_bits`` and
+``downlink_bits``, else the participants' sum marked Σ, ``clients_uplink_bits`` or ``uplink_bytes`` x 8) and the local
+work ("passes/HVPs/Hessians/factorizations": ``local_passes``, ``local_hvps``, ``local_hessians``,
+``local_factorizations``, `dane.work`), ``-`` where the records do not count them.  Final values come from
+``summary.json`` (its ``local_work`` for the counts) when there is one, else from the last complete record.  Prints a
+markdown table, or with ``--json`` a list of objects (non-finite numbers as the strings "inf", "nan"), each with
+every `TRAFFIC` key and every `dane.work.COUNTS` total as ``<key>_to_tol`` and ``final_<key>`` (null where not
+recorded) and the method as ``label``.
 
 A damaged file is in its job's status: ``damaged summary.json``, or the summary's status
 and what is wrong with ``rounds.jsonl`` (``max_rounds; rounds.jsonl damaged (line 3)``,
@@ -40,6 +48,7 @@ import yaml
 from dane.errors import DataError, say
 from dane.records.results import ROUNDS_FILE, SUMMARY_FILE, RoundsUnreadable, read_summary, scan_rounds
 from dane.records.results import read_config as parsed_config
+from dane.paper_figs.blocks import SECOND_ORDER, count
 from dane.paper_figs.common import first_reaching, natural_key
 from dane.records.provenance import command_name
 
@@ -209,10 +218,40 @@ def key_of(records: list[dict], key: str | None) -> str | None:
     return KEY if any(r.get(KEY) is not None for r in records) else FALLBACK
 
 
+#: the records' traffic by direction (docs/results.md), each in a row at "to tol" and at the end: ``uplink_bits``,
+#: ``downlink_bits`` one worker's bits in the method's messages; the ``clients_`` bits and the ``_bytes`` the
+#: participants' summed (FedNL's exact bits, a federated method's bytes)
+TRAFFIC = ("uplink_bits", "downlink_bits", "clients_uplink_bits", "clients_downlink_bits", "uplink_bytes",
+           "downlink_bytes")
+#: the local work the table shows, passes then the second-order counts (`paper_figs.blocks.SECOND_ORDER`); --json
+#: has every total of `dane.work.COUNTS`
+SHOWN_WORK = ("local_passes", *SECOND_ORDER)
+
+
+def costs(record: dict, keys: Iterable[str], suffix: str = "", prefix: str = "") -> dict:
+    """``record``'s value of each of ``keys`` (None where it has none) under ``prefix`` + key + ``suffix``."""
+    return {f"{prefix}{key}{suffix}": record.get(key) for key in keys}
+
+
+def label(summary: dict, algorithm: str | None) -> str | None:
+    """The method's display name (`dane.algorithm.label_of_run`): the ``label`` its summary.json records, else (a
+    summary from before runs recorded one, or none) the class's of ``algorithm``, the name its summary or config.yaml
+    gives; None where neither names one."""
+    if summary.get("label") or not isinstance(algorithm, str):
+        return summary.get("label")
+    from dane.algorithm import label_of_run  # here, not for --help: the classes import torch
+
+    return label_of_run(summary, algorithm)
+
+
 def row(run_dir: Path, root: Path, tol: float, key: str | None, notes: list[str] | None = None) -> dict:
     """One job's line of the table, as plain values (None where unknown).  A damaged summary.json or rounds.jsonl
     is in the status (``max_rounds; rounds.jsonl damaged (line 3)``), and ``notes`` gets a line naming the file and
-    the fix; the rounds then come from the summary, and "to tol" only from the records before the damage."""
+    the fix; the rounds then come from the summary, and "to tol" only from the records before the damage.  The
+    traffic (`TRAFFIC`) and local work (`dane.work.COUNTS`) "to tol" are the first record's that reaches it
+    (``_to_tol``), the final ones (``final_``) summary.json's (its ``local_work``), else the last record's."""
+    from dane.work import COUNTS  # here, not for --help: dane.work imports torch
+
     records, problem, line = records_of(run_dir)
     found = summary_of(run_dir, notes)
     summary = found or {}
@@ -228,19 +267,25 @@ def row(run_dir: Path, root: Path, tol: float, key: str | None, notes: list[str]
     hit = first_reaching(records, tol, key) if key else None
     algorithm = config.get("algorithm")
     name = run_dir.relative_to(root).as_posix()
+    named = summary.get("algorithm") or (algorithm.get("name") if isinstance(algorithm, dict) else None)
+    work = summary.get("local_work") if isinstance(summary.get("local_work"), dict) else {}
+    ended = {**costs(last, (*TRAFFIC, *COUNTS)), **{k: summary[k] for k in TRAFFIC if k in summary}, **work}
     return {
         "job": run_dir.name if name == "." else name,
+        "label": label(summary, named),
         "status": status,
         "reason": failure_reason(run_dir) if status == FAILED else None,
-        "algorithm": summary.get("algorithm") or (algorithm.get("name") if isinstance(algorithm, dict) else None),
+        "algorithm": named,
         "workers": summary.get("workers") or config.get("workers"),
         "rounds": summary.get("rounds", last.get("round")) if note else last.get("round", summary.get("rounds")),
         "key": key,
         "rounds_to_tol": hit["round"] if hit else None,
         "comm_rounds_to_tol": hit.get("comm_rounds") if hit else None,
+        **costs(hit or {}, (*TRAFFIC, *COUNTS), suffix="_to_tol"),
         "final_objective": summary.get("final_objective", last.get("objective")),
         "final_suboptimality": summary.get("final_suboptimality", last.get("suboptimality")),
         "final_test_accuracy": summary.get("final_test_accuracy", last.get("test_accuracy")),
+        **costs(ended, (*TRAFFIC, *COUNTS), prefix="final_"),
         "time_s": summary.get("time_s", last.get("time_s")),
     }
 
@@ -272,22 +317,66 @@ def tol_header(rows: list[dict], tol: float) -> tuple[str, str | None]:
     return f"rounds/comm to {KEY} <= {tol:g} (absolute; * {FALLBACK} <= {tol:g}: a run without {KEY})", FALLBACK
 
 
+#: what a "bits up/down" cell's Σ means (`bits_cell`), in the header where a cell has one
+SUMMED = "Σ: summed over the participants"
+
+
+def bits_cell(r: dict, where: str, unknown: str = "-") -> str:
+    """"up/down" bits of a row ``where`` (``_to_tol``, or ``final_`` first): one worker's ``uplink_bits`` and
+    ``downlink_bits``, else the participants' sum marked Σ (`SUMMED`: ``clients_uplink_bits``, or ``uplink_bytes``
+    x 8), - for a direction the record counts in none of them (one - for both); ``unknown`` where ``where`` is "to
+    tol" and no record reached it."""
+    if where == "_to_tol" and r["rounds_to_tol"] is None:
+        return unknown
+
+    def value(key: str):
+        return r[f"final_{key}" if where == "final_" else f"{key}{where}"]
+
+    cells = []
+    for direction in ("uplink", "downlink"):
+        own, clients, octets = (value(f"{direction}_bits"), value(f"clients_{direction}_bits"),
+                                value(f"{direction}_bytes"))
+        cells.append(count_cell(own) if own is not None else f"{count_cell(clients)} Σ" if clients is not None
+                     else f"{count_cell(8 * octets)} Σ" if octets is not None else "-")
+    return "-" if cells == ["-", "-"] else "/".join(cells)
+
+
+def work_cell(r: dict, where: str, unknown: str = "-") -> str:
+    """"passes/HVPs/Hessians/factorizations" of a row ``where`` (`SHOWN_WORK`, as `bits_cell`; one - where the record
+    counts none of them: a run from before `dane.work`, or a job without records)."""
+    if where == "_to_tol" and r["rounds_to_tol"] is None:
+        return unknown
+    cells = [count_cell(r[f"final_{key}" if where == "final_" else f"{key}{where}"]) for key in SHOWN_WORK]
+    return "-" if set(cells) == {"-"} else "/".join(cells)
+
+
+def count_cell(value) -> str:
+    """A traffic or work count: - where not recorded (`paper_figs.blocks.count`, a whole number as one)."""
+    return "-" if value is None else count(value, ".4g")
+
+
 def markdown(rows: list[dict], tol: float) -> str:
     accuracy = any(r["final_test_accuracy"] is not None for r in rows)
     to, marked = tol_header(rows, tol)
-    head = ["job", "status", "algorithm", "workers", "rounds", to,
-            "final objective", "final suboptimality", *(["final test accuracy"] if accuracy else []), "time_s"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    body, bits_cells = [], []
     for r in rows:
         unknown = "?" if ROUNDS_FILE in r["status"] else "-"  # the records before the damage did not reach it
         to_tol = unknown if r["rounds_to_tol"] is None else f"{r['rounds_to_tol']}/{_cell(r['comm_rounds_to_tol'])}"
         to_tol += " *" if marked is not None and r["key"] == marked else ""
         status = r["status"] if r.get("reason") is None else f"{r['status']}: {r['reason']}"
-        cells = [r["job"], status.replace("|", "\\|"), _cell(r["algorithm"]), _cell(r["workers"]), _cell(r["rounds"]),
-                 to_tol, _cell(r["final_objective"], ".10g"), _cell(r["final_suboptimality"], ".3e"),
-                 *([_cell(r["final_test_accuracy"], ".4f")] if accuracy else []), _cell(r["time_s"], ".4g")]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        bits_cells += [bits_cell(r, "_to_tol", unknown), bits_cell(r, "final_")]
+        body.append([r["job"], _cell(r["label"]), status.replace("|", "\\|"), _cell(r["algorithm"]),
+                     _cell(r["workers"]), _cell(r["rounds"]), to_tol, bits_cells[-2], work_cell(r, "_to_tol", unknown),
+                     _cell(r["final_objective"], ".10g"), _cell(r["final_suboptimality"], ".3e"),
+                     *([_cell(r["final_test_accuracy"], ".4f")] if accuracy else []), bits_cells[-1],
+                     work_cell(r, "final_"), _cell(r["time_s"], ".4g")])
+    bits = "bits up/down" + (f" ({SUMMED})" if any("Σ" in cell for cell in bits_cells) else "")
+    work = "/".join(("passes", *SECOND_ORDER.values()))
+    head = ["job", "method", "status", "algorithm", "workers", "rounds", to, f"{bits} to tol", f"{work} to tol",
+            "final objective", "final suboptimality", *(["final test accuracy"] if accuracy else []), bits, work,
+            "time_s"]
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+                      *("| " + " | ".join(cells) + " |" for cells in body)])
 
 
 def _finite(value):

@@ -90,6 +90,9 @@ def test_summary_says_its_tol_is_absolute_and_local_work_that_its_target_is_rela
     assert summary.main([str(tmp_path / "runs")]) == 0
     head, _, row = capsys.readouterr().out.splitlines()
     assert "| rounds/comm to suboptimality <= 1e-08 (absolute) |" in head and "| 8/16 |" in row
+    # bits up/down and passes/HVPs/Hessians/factorizations at round 8 (64 and 2 a round), then at the last record, 12:
+    # no downlink or second-order counts in these records (-)
+    assert "| 8/16 | 512/- | 16/-/-/- | -0.06 | 1.000e-12 | 768/- | 24/-/-/- | 0.12 |" in row
     table = local_work.table([local_work.curve(run, "run")])
     assert "| run | rounds to 1e-08 relative | uplink bits to 1e-08 relative |" in table
     assert "| run | 10 | 640 |" in table
@@ -119,9 +122,9 @@ def test_a_failed_jobs_reason_is_in_the_summary_and_in_plot_runs(tmp_path, capsy
     root = failed_sweep(tmp_path / "sweep")
     assert summary.main([str(root)]) == 0
     rows = capsys.readouterr().out.splitlines()[2:]
-    assert [r.split(" | ")[:2] for r in rows] == [["| 0", "converged"], ["| 1", f"failed: {REASON}"],
-                                                  ["| 2", "failed: MemoryError: out of memory"],
-                                                  ["| 3", "failed: logger must be jsonl\\|mlflow"]]
+    assert [r.split(" | ")[:3] for r in rows] == [["| 0", "GD", "converged"], ["| 1", "-", f"failed: {REASON}"],
+                                                  ["| 2", "-", "failed: MemoryError: out of memory"],
+                                                  ["| 3", "-", "failed: logger must be jsonl\\|mlflow"]]
     assert summary.main([str(root), "--json"]) == 0
     assert [(r["status"], r["reason"]) for r in json.loads(capsys.readouterr().out)] == [
         ("converged", None), ("failed", REASON), ("failed", "MemoryError: out of memory"),

@@ -423,8 +423,10 @@ def test_the_summary_table_names_a_missing_or_damaged_log_in_its_row_and_one_lin
     out, err = capsys.readouterr()
     rows = {line.split(" | ")[0][2:]: line for line in out.splitlines()[2:]}
     to_tol = "?" if how in ("missing", "directory", "line3", "no_round") else "3/3"  # the records before the damage
-    assert rows["0_job"].startswith(f"| 0_job | converged; {problem} | gd | 1 | 5 | {to_tol} | ")
-    assert rows["1_job"].startswith("| 1_job | converged | gd | 1 | 5 | 3/3 | ")
+    counts = "?" if to_tol == "?" else "-"  # bits and work to tol: ? as the rounds; reached, none counted (-)
+    assert rows["0_job"].startswith(f"| 0_job | GD | converged; {problem} | gd | 1 | 5 | {to_tol} | {counts} | "
+                                    f"{counts} | ")
+    assert rows["1_job"].startswith("| 1_job | GD | converged | gd | 1 | 5 | 3/3 | - | - | ")
     (line,) = err.splitlines()
     assert line.startswith(f"error: {bad / 'rounds.jsonl'}") and "Traceback" not in err
     assert line.endswith(f"rerun the run (out_dir={bad} overwrite=true replaces it)")
@@ -444,8 +446,10 @@ def test_the_summary_compares_grad_norm_for_a_run_without_a_reference_optimum(tm
     writer.write_summary({"algorithm": "dane", "workers": 2, "status": "max_rounds", "rounds": 5,
                           "final_objective": 1.0 + 4.0 ** -5, "time_s": 0.5})
     writer.close()
-    head = "| job | status | algorithm | workers | rounds | {} | final objective | final suboptimality | time_s |"
-    own = "| 0_own | max_rounds | dane | 2 | 5 | {} | 1.000976562 | - | 0.5 |"
+    work = "passes/HVPs/Hessians/factorizations"
+    head = (f"| job | method | status | algorithm | workers | rounds | {{}} | bits up/down to tol | {work} to tol | "
+            f"final objective | final suboptimality | bits up/down | {work} | time_s |")
+    own = "| 0_own | DANE | max_rounds | dane | 2 | 5 | {} | - | - | 1.000976562 | - | - | - | 0.5 |"
     assert summary.main([str(tmp_path / "own"), "--tol", "1e-2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [lines[0], lines[2]] == [head.format("rounds/comm to grad_norm <= 0.01 (absolute)"), own.format("4/8")]
@@ -457,7 +461,7 @@ def test_the_summary_compares_grad_norm_for_a_run_without_a_reference_optimum(tm
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == head.format("rounds/comm to suboptimality <= 0.01 (absolute; * grad_norm <= 0.01: a run "
                                    "without suboptimality)")
-    assert [line.split(" | ")[5] for line in lines[2:]] == ["4/8 *", "2/2"]
+    assert [line.split(" | ")[6] for line in lines[2:]] == ["4/8 *", "2/2"]
     assert [r["key"] for r in summary.summarize(tmp_path / "own", tol=1e-2)] == ["grad_norm", "suboptimality"]
 
 
@@ -473,8 +477,8 @@ def test_a_running_job_and_a_failed_one_are_no_damage(tmp_path, capsys):
     (tmp_path / "1_failed" / ".hydra").mkdir(parents=True)
     assert summary.main([str(tmp_path), "--tol", "1e-3"]) == 0
     out, err = capsys.readouterr()
-    assert err == "" and "| 0_running | running or crashed | - | - | 5 | 3/3 |" in out
-    assert "| 1_failed | failed |" in out
+    assert err == "" and "| 0_running | - | running or crashed | - | - | 5 | 3/3 | - | - |" in out
+    assert "| 1_failed | - | failed |" in out
 
 
 @pytest.mark.filterwarnings("ignore:'dane.paper_figs.run_convergence' found in sys.modules:RuntimeWarning")

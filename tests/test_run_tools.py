@@ -98,8 +98,8 @@ def test_summary_cli_markdown_and_json(sweep, capsys):
     table = capsys.readouterr().out.splitlines()
     assert len(table) == 2 + 5 and "rounds/comm to suboptimality <= 1e-06 (absolute)" in table[0]
     k = first_below(read_rounds(sweep / "0_dane"), TOL)
-    assert table[2].startswith(f"| 0_dane | converged | dane | 2 | ") and f"| {k}/{2 * k} |" in table[2]
-    assert "| 1_admm | max_rounds | admm | 2 | 6 | - |" in table[3]
+    assert table[2].startswith(f"| 0_dane | DANE | converged | dane | 2 | ") and f"| {k}/{2 * k} |" in table[2]
+    assert f"| 1_admm | {read_summary(sweep / '1_admm')['label']} | max_rounds | admm | 2 | 6 | - | - | - |" in table[3]
     assert summary.main([str(sweep), "--tol", str(TOL), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == summary.summarize(sweep, tol=TOL)
 
@@ -175,3 +175,89 @@ def test_sweep_prints_the_summary_command(tmp_path, dane_command):
                           text=True, timeout=120)
     rows = json.loads(proc.stdout)
     assert [(r["workers"], r["status"]) for r in rows] == [(1, "converged"), (2, "max_rounds")]
+
+
+@pytest.fixture(scope="module")
+def costed(tmp_path_factory):
+    """Two finished runs that count their traffic: DANE with comm.compress=none (one worker's uplink_bits and
+    downlink_bits, a Hessian and factorizations) and SCAFFOLD (its participants' uplink_bytes and downlink_bytes)."""
+    import dane
+
+    root = tmp_path_factory.mktemp("costed")
+    problem = dane.problems.RidgeSyntheticConfig(n_samples=600, dim=20)
+    dane.fit(problem, "dane", workers=2, rounds=10, compress="none", out_dir=str(root / "0_dane"))
+    dane.fit(problem, "scaffold", workers=2, rounds=10, out_dir=str(root / "1_scaffold"))
+    return root
+
+
+def test_summary_rows_carry_bits_and_local_work_at_tol_and_at_the_end(costed):
+    """Each row's traffic and local work "to tol" are the first record's within tol, the final ones summary.json's
+    (its local_work), every key of both: none is ranked on rounds alone; a key a run does not count is None."""
+    from dane.work import COUNTS
+
+    rows = {row["job"]: row for row in summary.summarize(costed, tol=TOL)}
+    for name in ("0_dane", "1_scaffold"):
+        records, saved = read_rounds(costed / name), read_summary(costed / name)
+        row, hit = rows[name], records[first_below(records, TOL)]
+        assert row["rounds_to_tol"] == hit["round"] > 0
+        for key in (*summary.TRAFFIC, *COUNTS):
+            assert row[f"{key}_to_tol"] == hit.get(key)
+            assert row[f"final_{key}"] == saved.get(key, saved["local_work"].get(key))
+    dane_row, scaffold_row = rows["0_dane"], rows["1_scaffold"]
+    records = read_rounds(costed / "0_dane")
+    hit = records[first_below(records, TOL)]
+    assert (dane_row["uplink_bits_to_tol"], dane_row["downlink_bits_to_tol"]) == \
+           (hit["uplink_bits"], hit["downlink_bits"]) != (None, None)
+    assert dane_row["final_uplink_bits"] == read_summary(costed / "0_dane")["uplink_bits"] > hit["uplink_bits"]
+    assert dane_row["local_hessians_to_tol"] == 2 and dane_row["local_passes_to_tol"] == hit["local_passes"] > 0
+    assert dane_row["uplink_bytes_to_tol"] is None and scaffold_row["uplink_bits_to_tol"] is None  # not counted
+    assert scaffold_row["final_uplink_bytes"] == read_summary(costed / "1_scaffold")["uplink_bytes"] > 0
+
+
+def test_summary_table_shows_the_method_bits_and_work(costed, capsys):
+    """The markdown row: the method's label beside the job, then bits up/down and passes/HVPs/Hessians/factorizations
+    to tol and at the end, the records' and the summary's own numbers; a participants' byte count as bits, marked Σ;
+    --json holds the same rows."""
+    assert summary.main([str(costed), "--tol", str(TOL)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert len(table) == 2 + 2 and "| bits up/down (Σ: summed over the participants) to tol |" in table[0]
+    assert "| passes/HVPs/Hessians/factorizations to tol |" in table[0]
+    for line, name, label in ((table[2], "0_dane", "DANE"), (table[3], "1_scaffold", "SCAFFOLD")):
+        records, saved = read_rounds(costed / name), read_summary(costed / name)
+        k = first_below(records, TOL)
+        hit, work = records[k], saved["local_work"]
+        assert line.startswith(f"| {name} | {label} | max_rounds | {name[2:]} | 2 | 10 | {k}/")
+        ups = ((hit["uplink_bits"], hit["downlink_bits"], saved["uplink_bits"], saved["downlink_bits"])
+               if name == "0_dane" else
+               (f"{8 * hit['uplink_bytes']} Σ", f"{8 * hit['downlink_bytes']} Σ", f"{8 * saved['uplink_bytes']} Σ",
+                f"{8 * saved['downlink_bytes']} Σ"))
+        assert f"| {ups[0]}/{ups[1]} | {'/'.join(str(int(hit[key])) for key in summary.SHOWN_WORK)} |" in line
+        assert f"| {ups[2]}/{ups[3]} | {'/'.join(str(int(work[key])) for key in summary.SHOWN_WORK)} |" in line
+    assert summary.main([str(costed), "--tol", str(TOL), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == summary.summarize(costed, tol=TOL)
+
+
+def test_summary_rows_name_the_method(sweep, capsys):
+    """A row's label is the one its summary.json records, else its config's algorithm class's (a job killed before
+    its summary); a job that never logged has none (-)."""
+    from dane.algorithm import label_of
+
+    rows = {row["job"]: row for row in summary.summarize(sweep, tol=TOL)}
+    assert rows["0_dane"]["label"] == read_summary(sweep / "0_dane")["label"] == "DANE"
+    assert rows["1_admm"]["label"] == read_summary(sweep / "1_admm")["label"] == label_of("admm") != "admm"
+    assert rows["2_killed"]["label"] == "DANE"  # no summary: its config.yaml's algorithm
+    assert rows["3_no_records"]["label"] is rows["10_error"]["label"] is None
+    assert summary.main([str(sweep), "--tol", str(TOL)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[4].startswith("| 2_killed | DANE | running or crashed | dane | 2 | 2 | - | - | - |")
+    assert table[5].startswith("| 3_no_records | - | failed | - | - | - | - | - | - |")
+
+
+def test_a_bits_cell_prefers_one_workers_bits_then_the_participants_exact_bits():
+    """bits up/down: uplink_bits where the record counts it, else clients_uplink_bits (FedNL's exact bits), else the
+    participants' bytes x 8, both marked Σ; - where it counts none."""
+    keys = {f"final_{key}": None for key in summary.TRAFFIC}
+    assert summary.bits_cell({**keys, "final_uplink_bits": 96, "final_uplink_bytes": 40}, "final_") == "96/-"
+    assert summary.bits_cell({**keys, "final_clients_uplink_bits": 15360, "final_uplink_bytes": 1920,
+                              "final_downlink_bytes": 400}, "final_") == "15360 Σ/3200 Σ"
+    assert summary.bits_cell({**keys, "rounds_to_tol": None}, "_to_tol", "?") == "?"
