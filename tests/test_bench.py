@@ -1257,6 +1257,9 @@ def test_each_federated_row_keeps_the_code_it_was_measured_with(tmp_path, monkey
 
     a, b = {"git_commit": "a" * 40, "git_dirty": True}, {"git_commit": "b" * 40, "git_dirty": False}
     out = tmp_path / "bench.json"
+    # run_setting_rows sets DANE_CACHE_DIR where it is unset (the benchmark's own process): set here, it is put back
+    # after the test, which otherwise left every later test of the session writing O* into the checkout's results/
+    monkeypatch.setenv("DANE_CACHE_DIR", str(tmp_path / "cache"))
     out.write_text(json.dumps({"federated": {"started_at": "A", "machine": {"load_avg": [1]}, "code": a,
                                              "clients": [4], "rows": {"s=4/sdane": {"method": "sdane", "code": a}}}}))
     monkeypatch.setattr(bench, "code_version", lambda: b)
