@@ -216,14 +216,14 @@ def calibration_path(sim: DictConfig) -> tuple[str, Path | None]:
 def calibration_file(sim: DictConfig) -> dict | None:
     """The calibration file `cost_model` reads (`calibration_path`) as a simulated run's summary names it
     (``calibration_file``): its path, sha256, and the machine and time it was measured on, as far as it records
-    them; None where no file is read (the defaults)."""
+    them (a ``machine`` it has must be an object with a ``host``); None where no file is read (the defaults)."""
     key, path = calibration_path(sim)
     if path is None:
         return None
     raw = path.read_bytes()
     data = json.loads(raw)  # `cost_model` has read it already: a file that is not JSON was refused there
-    machine = data.get("machine") or {}
-    if not isinstance(machine, dict):
+    machine = data.get("machine", {"host": None})  # a file without one (written by hand) names no host
+    if "machine" in data and not (isinstance(machine, dict) and isinstance(machine.get("host"), str)):
         raise ConfigError(f"sim.{key}: {path} is not a calibration file (its machine is {machine!r}, not an object "
                           f"with a host); re-run `{DEFAULT_CALIBRATION[key][1]}` to remake it, or set sim.{key}=null "
                           "for the defaults")

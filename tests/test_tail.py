@@ -18,7 +18,7 @@ from dane.errors import ConfigError
 from dane.problems import RidgeSyntheticConfig
 from dane.loop.launch import execute
 from dane.records.results import read_rounds
-from dane.run_config import cost_model, run_spec
+from dane.run_config import calibration_file, cost_model, run_spec
 from dane.synthetic.round_timing import PhaseRecorder
 from dane.synthetic.sweep import answers
 from helpers import composed
@@ -147,6 +147,37 @@ def test_a_bad_tail_is_one_line_naming_the_file_and_the_fix(tmp_path, change, wh
     assert line.startswith("sim.calibration: ")
     with pytest.raises(ConfigError):  # the same line from the file alone
         load_tail(bad, AlphaBeta(), (0, 0))
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"alpha": "5e-4"}, "its alpha is '5e-4', not a number"),  # float() would take the text
+    ({"beta": True}, "its beta is True, not a number"),  # and JSON's true, as 1 byte/s
+    ({"machine": {}}, "its machine is {}, not an object with a host"),
+    ({"machine": {"host": 7}}, "its machine is {'host': 7}, not an object with a host"),
+])
+def test_an_alpha_beta_file_of_other_values_is_one_line_naming_the_file(tmp_path, change, why):
+    """docs/simulator.md: a calibration file's α, β and γ must be numbers, and a machine it names an object with a
+    host; any other file is refused in one line naming it, not read as 1 byte/s or as no host."""
+    data = {**json.loads(CANNED.read_text()), **change}
+    del data["tail"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    sim = OmegaConf.create({"alpha": None, "beta": None, "calibration": str(bad)})
+    with pytest.raises(ConfigError) as err:
+        cost_model(sim)
+        calibration_file(sim)
+    line = str(err.value)
+    assert line == (f"sim.calibration: {bad} is not a calibration file ({why}); re-run `dane calibrate` to remake "
+                    "it, or set sim.calibration=null for the defaults")
+
+
+def test_a_file_without_a_machine_names_no_host(tmp_path):
+    """A calibration written by hand (α and β alone) is read; the summary names no host for it."""
+    ab_only = tmp_path / "calibration.json"
+    ab_only.write_text(json.dumps({"alpha": 1e-4, "beta": 1e9}))
+    sim = OmegaConf.create({"alpha": None, "beta": None, "calibration": str(ab_only)})
+    assert cost_model(sim) == AlphaBeta(alpha=1e-4, beta=1e9)
+    assert calibration_file(sim)["host"] is None
 
 
 def test_a_cached_run_answers_only_a_job_with_its_calibration():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, fields, replace
+from numbers import Real
 from pathlib import Path
 
 from ..errors import ConfigError, brief
@@ -170,12 +171,14 @@ def _load(cls, path: str | Path, remake: str, topology: str):
             raise ValueError(f"topology {found!r} is neither allreduce nor ps")
         if found == topology:
             required = {"alpha", "beta"}
-            values = {f.name: float(data[f.name]) for f in fields(cls)
+            values = {f.name: data[f.name] for f in fields(cls)
                       if f.name in required or (f.type in ("float", float) and f.name in data)}
             for name, value in values.items():  # JSON's Infinity and NaN are numbers to Python's reader
+                if isinstance(value, bool) or not isinstance(value, Real):  # "5e-4" and true would pass float()
+                    raise ValueError(f"its {name} is {value!r}, not a number")
                 if not math.isfinite(value):
                     raise ValueError(f"its {name} is {value}, not a finite number")
-            return cls(**values)
+            return cls(**{name: float(value) for name, value in values.items()})
     except (OSError, ValueError, KeyError, TypeError) as err:  # ValueError: not JSON or text, a bad number
         raise ConfigError(f"{path} is not a calibration file ({_why(err)}); re-run `{remake}` to remake it") from None
     raise ConfigError(f"{path} is a calibration of topology {found}, not {topology}: give it as "
