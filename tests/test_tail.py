@@ -128,7 +128,10 @@ def test_without_a_tail_the_times_are_the_alpha_beta_models(tmp_path):
 @pytest.mark.parametrize("change, why", [
     ({"excess_s": [1e-3, 0.0, 2e-3], "probs": [0, 0.5, 1]}, "excess_s must not decrease"),
     ({"probs": [0, 0.5, 0.9], "excess_s": [0, 1e-3, 2e-3]}, "probs must rise strictly from 0 to 1"),
-    ({"probs": [0, 1], "excess_s": ["fast", 1]}, "could not convert string to float"),
+    ({"probs": [0, 1], "excess_s": ["fast", 1]}, "its excess_s holds 'fast', not a number"),
+    ({"probs": [0, "0.5", 1], "excess_s": [0, 1e-3, 2e-3]}, "its probs holds '0.5', not a number"),  # float() reads it
+    ({"probs": [0, 1], "excess_s": [0, True]}, "its excess_s holds True, not a number"),  # and true, as 1 s
+    ({"probs": "0 1"}, "its probs is '0 1', not a list of numbers"),
     ({"probs": None}, "no 'probs' entry"),
     (None, "not a JSON object"),
 ])

@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from numbers import Real
 from pathlib import Path
 
 import numpy as np
@@ -203,7 +204,7 @@ def load_tail(path: str | Path, base: AlphaBeta, seed: tuple[int, ...]) -> Taile
     try:
         if not isinstance(tail, dict):
             raise TypeError("not a JSON object")
-        table = Tail(tuple(float(p) for p in tail["probs"]), tuple(float(e) for e in tail["excess_s"]))
+        table = Tail(numbers(tail, "probs"), numbers(tail, "excess_s"))
         source = {"path": str(path), "sha256": hashlib.sha256(raw).hexdigest(),
                   "host": str(tail["machine"]["host"]), **{k: tail[k] for k in PROVENANCE}}
     except (KeyError, TypeError, ValueError) as err:
@@ -211,6 +212,17 @@ def load_tail(path: str | Path, base: AlphaBeta, seed: tuple[int, ...]) -> Taile
         raise ConfigError(f"{path} is not a tail calibration ({why}); re-run `{REMAKE}` to remake it, or drop its "
                           "tail entry for alpha-beta only") from None
     return TailedCost(base, table, source, seed)
+
+
+def numbers(tail: dict, key: str) -> tuple[float, ...]:
+    """The tail's list ``key`` as floats: JSON numbers only (float() would read the text "0.5", and true as 1)."""
+    values = tail[key]
+    if not isinstance(values, list):
+        raise TypeError(f"its {key} is {values!r}, not a list of numbers")
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, Real):
+            raise TypeError(f"its {key} holds {value!r}, not a number")
+    return tuple(float(value) for value in values)
 
 
 def excess_samples(phases: dict, cost: AlphaBeta, m: int) -> list[float]:
