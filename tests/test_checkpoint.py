@@ -120,6 +120,10 @@ def test_resume_needs_enough_rounds_and_a_checkpoint(tmp_path):
     empty.mkdir()
     with pytest.raises(ConfigError, match="has no checkpoint/ folder"):
         run_spec(composed(*SMALL_RIDGE, f"resume={empty}"))
+    with pytest.raises(ConfigError) as missing:  # a mistyped path: no folder at all, not one without checkpoints
+        run_spec(composed(*SMALL_RIDGE, f"resume={tmp_path / 'mistyped'}"))
+    assert str(missing.value) == (f"resume={tmp_path / 'mistyped'}: no such run directory; point it at the directory "
+                                  "of a run made with checkpoint_every > 0")
     with pytest.raises(ConfigError, match="checkpoint_every must be an integer >= 0"):
         run_spec(composed(*SMALL_RIDGE, "checkpoint_every=-1"))
 

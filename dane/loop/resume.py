@@ -40,6 +40,9 @@ def resume_dir(cfg: DictConfig, workers: int) -> str | None:
         if cfg.get("out_dir") and Path(str(cfg.out_dir)).expanduser().resolve() != path.resolve():
             raise ConfigError(f"resume={resume} continues that run in its own directory, but out_dir={cfg.out_dir} "
                               f"names another; drop out_dir (or start a new run there without resume)")
+        if not path.is_dir():
+            raise ConfigError(f"resume={resume}: no such run directory; point it at the directory of a run made with "
+                              "checkpoint_every > 0")
         if not (path / CHECKPOINT_DIR).is_dir():
             raise ConfigError(f"resume={resume} has no checkpoint/ folder; "
                               "point it at the run directory of a run made with checkpoint_every > 0")
