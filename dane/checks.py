@@ -11,9 +11,14 @@ from pathlib import Path
 from .errors import ConfigError
 
 
+def is_number(value) -> bool:
+    """A number (inf included), not a bool (true == 1 in Python) nor text (which float() would read)."""
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
 def number(key: str, value) -> float:
     """A number (inf included), not a bool (true == 1 in Python) nor text."""
-    if isinstance(value, bool) or not isinstance(value, Real):
+    if not is_number(value):
         raise ConfigError(f"{key} must be a number, got {value!r}")
     return value
 

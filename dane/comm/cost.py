@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, fields, replace
-from numbers import Real
 from pathlib import Path
 
+from ..checks import is_number
 from ..errors import ConfigError, brief
 from ..records.results import atomic_write_text
 
@@ -174,7 +174,7 @@ def _load(cls, path: str | Path, remake: str, topology: str):
             values = {f.name: data[f.name] for f in fields(cls)
                       if f.name in required or (f.type in ("float", float) and f.name in data)}
             for name, value in values.items():  # JSON's Infinity and NaN are numbers to Python's reader
-                if isinstance(value, bool) or not isinstance(value, Real):  # "5e-4" and true would pass float()
+                if not is_number(value):  # "5e-4" and true would pass float()
                     raise ValueError(f"its {name} is {value!r}, not a number")
                 if not math.isfinite(value):
                     raise ValueError(f"its {name} is {value}, not a finite number")

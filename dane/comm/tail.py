@@ -36,11 +36,11 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from numbers import Real
 from pathlib import Path
 
 import numpy as np
 
+from ..checks import is_number
 from ..errors import ConfigError, brief
 from .cost import AlphaBeta
 
@@ -220,7 +220,7 @@ def numbers(tail: dict, key: str) -> tuple[float, ...]:
     if not isinstance(values, list):
         raise TypeError(f"its {key} is {values!r}, not a list of numbers")
     for value in values:
-        if isinstance(value, bool) or not isinstance(value, Real):
+        if not is_number(value):
             raise TypeError(f"its {key} holds {value!r}, not a number")
     return tuple(float(value) for value in values)
 
