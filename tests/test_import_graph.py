@@ -3,6 +3,7 @@ modules, layers that only look down, lazy imports."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -30,7 +31,9 @@ LAYERS = (
 )
 
 
+@functools.cache
 def modules(root: Path = REPO) -> dict[str, Path]:
+    """Module name -> file of the `PACKAGES` under ``root``, found once per session (read, never changed)."""
     found = {}
     for package in PACKAGES:
         for path in (root / package).rglob("*.py"):
@@ -47,11 +50,17 @@ def repo_name(module: str) -> str:
     return rest if head == "dane" and rest.split(".")[0] in PACKAGES[1:] else module
 
 
+@functools.cache
+def parsed(text: str) -> ast.Module:
+    """A module's tree, parsed once per text in the session (every check of this file walks the same files)."""
+    return ast.parse(text)
+
+
 def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, list[str]]]:
     """(module imported, names taken from it) for every import statement in the file, function-level ones included."""
     out = []
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path.read_text())):
         if isinstance(node, ast.Import):
             out += [(repo_name(alias.name), []) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
@@ -65,10 +74,22 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, li
 
 
 def graph() -> dict[str, set[str]]:
+    """The checkout's module graph, a fresh copy of the one built once per session (`import_edges`)."""
+    return {name: set(targets) for name, targets in import_edges().items()}
+
+
+@functools.cache
+def checkout_imports(name: str, path: Path) -> list[tuple[str, list[str]]]:
+    """`imports` of a module of the checkout (or of scripts/), read once per session."""
+    return imports(name, path, modules())
+
+
+@functools.cache
+def import_edges() -> dict[str, set[str]]:
     known = modules()
     edges: dict[str, set[str]] = {name: set() for name in known}
     for name, path in known.items():
-        for target, _ in imports(name, path, known):
+        for target, _ in checkout_imports(name, path):
             while target and target not in known:
                 target = target.rpartition(".")[0]
             if target and target != name:
@@ -245,7 +266,7 @@ def test_no_private_name_is_imported_from_another_module():
     known = modules()
     scripts = {f"scripts.{p.stem}": p for p in (REPO / "scripts").glob("*.py")}
     taken = sorted((name, target, n) for name, path in {**known, **scripts}.items()
-                   for target, names in imports(name, path, known) for n in names
+                   for target, names in checkout_imports(name, path) for n in names
                    if n.startswith("_") and not n.startswith("__") and target.split(".")[0] in PACKAGES)
     assert taken == []
 
@@ -296,7 +317,7 @@ def private_attributes(path: Path) -> list[tuple[int, str]]:
     ``cls`` that it neither sets nor defines (a base class's elsewhere); ``super()._name`` that no other class of the
     module defines, even where this class overrides it.  A hook that a subclass in another module calls is public,
     named as a hook in its base's docstring (`dane.comm.base.Communicator.count_allreduce`)."""
-    tree = ast.parse(path.read_text())
+    tree = parsed(path.read_text())
     own, found = own_private(tree), set()
     classes = [(node.lineno, node.end_lineno, defined_in(node)) for node in ast.walk(tree)
                if isinstance(node, ast.ClassDef)]
@@ -383,6 +404,6 @@ def test_numba_is_imported_through_jit_alone():
     """A kernel module takes numba from `dane.numerics.jit`, whose listener keeps its compiles and cache loads off a
     simulated worker's clock (`dane.comm.meters.start_up`); one that imported numba itself would charge them."""
     known = modules()
-    direct = sorted(name for name, path in known.items() for target, _ in imports(name, path, known)
+    direct = sorted(name for name, path in known.items() for target, _ in checkout_imports(name, path)
                     if target.split(".")[0] == "numba" and name != "dane.numerics.jit")
     assert direct == []
