@@ -367,7 +367,7 @@ def run_control(cfg: DictConfig, backend: str, workers: int, seed: int, tol: flo
         config_dirs=own_config_dirs(),
         logger=tuple(cfg.logger) if OmegaConf.is_list(cfg.get("logger")) else cfg.get("logger", "jsonl"),
         mlflow_uri=cfg.get("mlflow_uri"),
-        notes=launched_notes(cfg, backend),
+        notes=ignored_sim_notes(cfg, backend, workers),
     )
 
 
@@ -408,15 +408,21 @@ def simulator_keys_set(sim: DictConfig) -> list[str]:
     return [f"sim.{key}" for key, value in given.items() if key not in default or value != default[key]]
 
 
-def launched_notes(cfg: DictConfig, backend: str) -> tuple[str, ...]:
-    """`RunControl.notes` of a run on ``backend``: launched (horovod, torch or ps: horovodrun, torchrun, Slurm), one
-    note naming the simulator's keys its config set (`simulator_keys_set`), which nothing but the simulator reads;
-    none in one process, nor where no such key is set.  A note, not a refusal: one sweep config may serve simulated
-    and launched runs alike."""
-    keys = simulator_keys_set(cfg.sim) if backend != "local" else []
+def ignored_sim_notes(cfg: DictConfig, backend: str, workers: int) -> tuple[str, ...]:
+    """`RunControl.notes` of a run on ``backend`` with ``workers``: one note naming the simulator's keys its config
+    set (`simulator_keys_set`) where nothing reads them: launched (horovod, torch or ps: horovodrun, torchrun, Slurm),
+    or one process (``workers=1`` without ``sim.single_worker``, timed by the wall clock); none in the simulator,
+    nor where no such key is set.  A note, not a refusal: one sweep config may serve simulated and launched runs,
+    and every m, alike."""
+    alone = backend == "local" and workers == 1 and not checks.boolean("sim.single_worker",
+                                                                       cfg.sim.get("single_worker", False))
+    keys = simulator_keys_set(cfg.sim) if backend != "local" or alone else []
     if not keys:
         return ()
     verb, them = ("is", "it") if len(keys) == 1 else ("are", "them")
+    if alone:
+        return (f"{', '.join(keys)} {verb} the simulator's; a one-process run (workers=1) ignores {them}: "
+                "sim.single_worker=true runs it in the simulator",)
     return (f"{', '.join(keys)} {verb} the simulator's (dane simulate); a launched run ignores {them}",)
 
 

@@ -141,7 +141,7 @@ def test_progress_none_keeps_the_closing_line_and_quiet_says_nothing(capsys, con
 
 
 def test_the_configs_notes_follow_the_problems_on_stderr_and_in_the_summary(capsys):
-    """`RunControl.notes` (a launch's ignored ``sim.*`` keys: `dane.run_config.launched_notes`) come after the
+    """`RunControl.notes` (a launch's ignored ``sim.*`` keys: `dane.run_config.ignored_sim_notes`) come after the
     problem's notes: rank 0 prints each as a ``note:`` line before round 0, the summary's ``notes`` keeps them;
     quiet=true prints none and keeps them."""
     from dane.loop.callbacks import worker_callbacks

@@ -126,7 +126,7 @@ def test_launcher_iterates_equal_the_in_process_simulation(name, simulated, fres
     assert not (REPO / "outputs").exists()  # no rank made a Hydra directory of its own
 
 
-#: the note of a launched run whose config set sim.slowdown (`dane.run_config.launched_notes`)
+#: the note of a launched run whose config set sim.slowdown (`dane.run_config.ignored_sim_notes`)
 SIM_NOTE = "sim.slowdown is the simulator's (dane simulate); a launched run ignores it"
 
 
@@ -150,17 +150,38 @@ def test_the_simulators_keys_a_config_set_are_those_off_the_configs_defaults(ove
 
 def test_a_launched_run_notes_the_simulators_keys_it_ignores():
     """One note naming them on a launched backend (horovod, torch, ps), which rank 0 prints and the summary keeps;
-    none in one process, where the simulator reads them, nor in a launch that set none
-    (`dane.run_config.launched_notes`)."""
-    from dane.run_config import launched_notes
+    none in the simulator (one process at m > 1), which reads them, nor in a launch that set none
+    (`dane.run_config.ignored_sim_notes`)."""
+    from dane.run_config import ignored_sim_notes
     from helpers import composed
 
     one, three = composed("sim.slowdown=[1,3]"), composed("sim.slowdown=[1,3]", "sim.alpha=1e-3", "sim.topology=ps")
     launched = ("horovod", "torch", "ps")
-    assert [launched_notes(one, backend) for backend in launched] == [(SIM_NOTE,)] * 3
-    assert [launched_notes(three, backend) for backend in launched] == [(
+    assert [ignored_sim_notes(one, backend, 2) for backend in launched] == [(SIM_NOTE,)] * 3
+    assert [ignored_sim_notes(three, backend, 2) for backend in launched] == [(
         "sim.alpha, sim.topology, sim.slowdown are the simulator's (dane simulate); a launched run ignores them",)] * 3
-    assert launched_notes(one, "local") == launched_notes(three, "local") == launched_notes(composed(), "torch") == ()
+    assert ignored_sim_notes(one, "local", 2) == ignored_sim_notes(three, "local", 4) == \
+        ignored_sim_notes(composed(), "torch", 2) == ()
+
+
+def test_a_one_process_run_notes_the_simulators_keys_it_ignores(tmp_path):
+    """``workers=1`` runs in one process on the wall clock, where no ``sim.*`` key is read: one note, as a launch
+    gets (its summary keeps it), and the way into the simulator; none with ``sim.single_worker=true`` (``dane
+    simulate``'s), which times it there, nor where no key is set (`dane.run_config.ignored_sim_notes`)."""
+    from dane.experiments.config import run_spec
+    from dane.loop.launch import execute
+    from dane.run_config import ignored_sim_notes
+    from helpers import composed
+
+    said = ("sim.alpha, sim.slowdown are the simulator's; a one-process run (workers=1) ignores them: "
+            "sim.single_worker=true runs it in the simulator")
+    assert ignored_sim_notes(composed("sim.slowdown=[1,3]", "sim.alpha=1e-3"), "local", 1) == (said,)
+    spec = run_spec(composed("workers=1", "sim.slowdown=[1,3]", "sim.alpha=1e-3", "problem.n_samples=200",
+                             "problem.dim=5", "rounds=1", "quiet=true"))  # dane train's config
+    assert said in execute(spec, str(tmp_path))["notes"]
+    assert ignored_sim_notes(composed("sim.slowdown=[1,3]", "sim.single_worker=true"), "local", 1) == ()
+    assert ignored_sim_notes(composed("sim.slowdown=[1,3]", name="simulate"), "local", 1) == ()
+    assert ignored_sim_notes(composed(), "local", 1) == ()
 
 
 #: a float of a record (objective, gradient norm, a step size, a suboptimality) may differ by this much, relative to
