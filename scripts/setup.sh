@@ -5,7 +5,8 @@
 # (Pytorch_CUDA forced off) unless HOROVOD_GPU_OPERATIONS asks for GPU operations: pip takes the
 # CUDA torch wheel where no CPU wheel is in reach (Python 3.12 here), and with an nvcc on PATH
 # Horovod's CMake then looks for a CUDA toolkit it does not need.  The built wheel is cached
-# outside the repository, keyed by Horovod, torch and Python versions (and -gpu).
+# outside the repository, keyed by Horovod, torch and Python versions (and -gpu).  Last, one tiny run of
+# each numba path (SVRG, stacked ridge, FedNL) fills the kernels' cache, so a first run is as fast as a second.
 #
 #   PYTHON=python3.12 VENV=.venv-3.12 bash scripts/setup.sh     # make setup PYTHON=python3.12 VENV=.venv-3.12
 #
