@@ -38,7 +38,10 @@ def test_fit_keeps_the_sample_quantiles_and_its_mean_is_the_tables_integral():
         tail = Tail.fit(sample)
         assert np.array_equal(tail.excess_s[:-1], np.quantile(sample, tail.probs[:-1]))  # all but the top one
         assert tail.mean == pytest.approx(sample.mean(), rel=1e-12) and tail.excess_s[-1] >= tail.excess_s[-2]
-    draws = np.array([tail.draw(rng) for _ in range(100_000)])
+    twin = np.random.default_rng(np.random.SeedSequence(11))  # a draw is the quantile function at a uniform draw
+    one_by_one = [tail.draw(twin) for _ in range(1000)]
+    assert one_by_one == list(tail.quantile(np.random.default_rng(np.random.SeedSequence(11)).random(1000)))
+    draws = tail.quantile(rng.random(100_000))  # so 100,000 of them, drawn at once
     assert draws.mean() == pytest.approx(sample.mean(), rel=2e-2)
     assert np.median(draws) == pytest.approx(np.median(sample), rel=2e-2)
 
@@ -109,9 +112,10 @@ def test_without_a_tail_the_times_are_the_alpha_beta_models(tmp_path):
     data = json.loads(CANNED.read_text())
     del data["tail"]
     ab_only.write_text(json.dumps(data))
-    by_file, records = simulate(tmp_path, "file", f"sim.calibration={ab_only}")
+    small = "problem.n_samples=1000", "problem.dim=50"  # the model's prices depend on the messages' sizes alone
+    by_file, records = simulate(tmp_path, "file", f"sim.calibration={ab_only}", *small)
     by_hand, records_hand = simulate(tmp_path, "hand", "sim.calibration=null", f"sim.alpha={data['alpha']!r}",
-                                     f"sim.beta={data['beta']!r}")
+                                     f"sim.beta={data['beta']!r}", *small)
     assert by_file["calibration"] == by_hand["calibration"] == ALPHA_BETA_ONLY
     # but the run names the file its alpha and beta came from, which the run given them by hand has none of
     assert by_file["calibration_file"] == {"path": str(ab_only), "sha256": hashlib.sha256(ab_only.read_bytes()).hexdigest(),
@@ -120,7 +124,7 @@ def test_without_a_tail_the_times_are_the_alpha_beta_models(tmp_path):
     assert by_file["simulated_comm_s"] == by_hand["simulated_comm_s"]
     cost = AlphaBeta(alpha=data["alpha"], beta=data["beta"])
     metrics = len(RidgeSyntheticConfig().build(0, 2).metric_names)  # the messages as test_bench_simulator counts them
-    sizes = [8 * (500 + metrics)] + [8 * (500 + metrics + 1), 8 * 500] * 6
+    sizes = [8 * (50 + metrics)] + [8 * (50 + metrics + 1), 8 * 50] * 6
     assert by_hand["simulated_comm_s"] == pytest.approx(sum(cost.allreduce_time(n, 2) for n in sizes), rel=1e-12)
     assert [r["objective"] for r in records] == [r["objective"] for r in records_hand]
 
