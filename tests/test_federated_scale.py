@@ -8,7 +8,7 @@
   inputs, in rank order, and a broken rendezvous releases every waiter;
 - what a sampled FedAvg or SCAFFOLD run holds at its end (`retained`: every object its workers' run loops reach, each
   tensor's storage once) grows from R to 3R rounds by at most twice its records' growth, on the batched path
-  (m = 1000, 100 a round) and on the thread path (m = 60, 30 a round); each simulated worker keeping its own copy of
+  (m = 1000, 100 a round) and on the thread path (m = 20, 10 a round); each simulated worker keeping its own copy of
   every round's record would add s or m record dictionaries a round where rank 0's records add one.
 """
 from __future__ import annotations
@@ -246,7 +246,7 @@ class KeepLoops(Callback):
 
 
 #: path -> (sim.batched, clients m, clients a round s)
-SAMPLED = {"batched": ("true", 1000, 100), "threads": ("false", 60, 30)}
+SAMPLED = {"batched": ("true", 1000, 100), "threads": ("false", 20, 10)}
 
 
 def held_at_end(monkeypatch, method: str, path: str, rounds: int) -> tuple[int, int, int]:
@@ -274,7 +274,7 @@ def test_what_a_sampled_run_holds_grows_with_rounds_by_its_records_alone(monkeyp
     simulated workers keep their last record only) and, on the thread path, by the last record of each client first
     drawn after round R (with s = m/2 a client is left out of the first R = 8 rounds with probability 2⁻⁸): at most
     twice the records' growth.  A copy of every round's record per simulated worker would add a record dictionary a
-    round per client drawn on the thread path (s = 30) and per client on the batched path (m = 1000), where rank 0's
+    round per client drawn on the thread path (s = 10) and per client on the batched path (m = 1000), where rank 0's
     records add one."""
     rounds = 8
     held, records, workers = held_at_end(monkeypatch, method, path, rounds)
