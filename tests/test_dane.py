@@ -30,10 +30,16 @@ def test_identical_shards_eta1_mu0_reach_the_optimum_in_one_round():
         torch.testing.assert_close(algo.iterate, w_star, rtol=0, atol=1e-10)
 
 
+@pytest.fixture(scope="module")
+def ridge_n18000_m2():
+    """The two shards of ridge_synthetic at N = 18000, d = 500 (iso), built once (their rows and local Hessians
+    cost more than the runs) for the tests that run on them; a run leaves only its factor caches in them."""
+    return ridge_shards(2, RidgeSyntheticConfig(n_samples=18000, dim=500, covariance="iso"))
+
+
 @pytest.mark.parametrize("safeguard", [False, True])
-def test_synthetic_ridge_n18000_m2_reaches_1e10_within_10_rounds(safeguard):
-    problems = ridge_shards(2, RidgeSyntheticConfig(n_samples=18000, dim=500, covariance="iso"))
-    (_, records, _), _ = simulate(DANEConfig(safeguard=safeguard), problems, rounds=10, tol=1e-10)
+def test_synthetic_ridge_n18000_m2_reaches_1e10_within_10_rounds(safeguard, ridge_n18000_m2):
+    (_, records, _), _ = simulate(DANEConfig(safeguard=safeguard), ridge_n18000_m2, rounds=10, tol=1e-10)
     assert records[-1]["suboptimality"] <= 1e-10
     assert records[-1]["round"] <= 10
     # Two grouped allreduces per round, the metrics riding in the first: nothing extra.
@@ -277,11 +283,10 @@ def test_safeguard_beats_every_fixed_mu_on_logistic_breast_cancer():
     assert all(b <= a + 1e-12 * abs(a) for a, b in zip(accepted, accepted[1:]))
 
 
-def test_safeguard_learns_nothing_from_steps_at_round_off():
+def test_safeguard_learns_nothing_from_steps_at_round_off(ridge_n18000_m2):
     # Run on past the optimum (tol=None): once the steps are round-off, the y_i are noise, and
     # a spread learnt from them raised mu (and refactorized) round after round.  mu must stay put.
-    problems = ridge_shards(2, RidgeSyntheticConfig(n_samples=18000, dim=500, covariance="iso"))
-    (algo, records, iterates), _ = simulate(DANEConfig(), problems, rounds=60)
+    (algo, records, iterates), _ = simulate(DANEConfig(), ridge_n18000_m2, rounds=60)
     converged = next(r["round"] for r in records if r["suboptimality"] <= 1e-20)
     norm = torch.linalg.vector_norm
     steps = [float(norm(b - a) / norm(a)) for a, b in zip(iterates, iterates[1:])]
