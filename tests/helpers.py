@@ -1,6 +1,7 @@
 """Shared by the tests: run algorithms in the in-process simulator and launch real multi-process jobs."""
 from __future__ import annotations
 import contextlib
+import functools
 import math
 import os
 import shutil
@@ -89,7 +90,53 @@ def straight_and_resumed(config, shards, rounds: int = 3) -> list[tuple]:
 
 def composed(*overrides: str, name: str = "config", hydra: bool = False):
     """conf/<name>.yaml under ``overrides``, composed as the entry point composes it (``hydra``: with its ``hydra``
-    node, as a launcher or a sweep's job sees it)."""
+    node, as a launcher or a sweep's job sees it).
+
+    Hydra's compose takes a good part of a second, and the suite composes hundreds of configs: the config-group
+    choices (``problem=logreg``, ``experiment=...``) are composed by Hydra once per distinct choice a session
+    (`composed_groups`), and each plain ``key=value`` of an existing key is then applied to a copy as Hydra applies a
+    command line's (`OmegaConf.update` with merge, in order).  Anything else (``+key``, ``~key``, ``group@pkg=``, a
+    sweep, a key the config lacks, a ``hydra`` key or node) takes Hydra's own path, errors included."""
+    import copy
+
+    from omegaconf import OmegaConf
+
+    from dane.layout import CONF_DIR
+
+    plain = [o for o in overrides if not (CONF_DIR / o.split("=", 1)[0]).is_dir()]
+    if hydra or any(o.lstrip("+~").startswith("hydra") for o in overrides):  # hydra.searchpath moves the groups
+        return hydra_composed(name, overrides, hydra=hydra)
+    cfg = copy.deepcopy(composed_groups(name, tuple(o for o in overrides if o not in plain)))
+    for override in map(parsed_override, plain):
+        key = override.key_or_group
+        if override.is_add() or override.is_delete() or override.is_force_add() or override.package is not None \
+                or override.is_sweep_override() or OmegaConf.select(cfg, key, default=MISSING_KEY) is MISSING_KEY:
+            return hydra_composed(name, overrides)
+        OmegaConf.update(cfg, key, override.value(), merge=True)
+    return cfg
+
+
+#: what `OmegaConf.select` gives for a key the config lacks (`composed`)
+MISSING_KEY = object()
+
+
+@functools.cache
+def composed_groups(name: str, groups: tuple[str, ...]):
+    """conf/<name>.yaml with the config-group choices ``groups``, by Hydra, once a session (`composed` copies it)."""
+    return hydra_composed(name, groups)
+
+
+@functools.cache
+def parsed_override(text: str):
+    """One command-line override as Hydra's grammar parses it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    (override,) = OverridesParser.create().parse_overrides([text])
+    return override
+
+
+def hydra_composed(name: str, overrides, hydra: bool = False):
+    """conf/<name>.yaml under ``overrides`` by Hydra's compose."""
     from hydra import compose, initialize_config_dir
 
     from dane.layout import CONF_DIR
