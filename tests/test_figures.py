@@ -288,8 +288,8 @@ def test_missing_runs_are_named(tmp_path):
         speedup.table(RunIndex(tmp_path))
 
 
-def test_run_convergence_draws_into_the_run_dir(results):
-    run = results / job_name(speedup.job(6000, 2))
+def test_run_convergence_draws_into_the_run_dir(speedup_runs):
+    run = speedup_runs / job_name(speedup.job(6000, 2))
     paths = run_convergence.main([str(run)])
     assert [p.name for p in paths] == ["convergence.png", "convergence.pdf"]
     assert all(p.stat().st_size > 1000 for p in paths)
@@ -481,32 +481,55 @@ def test_a_running_job_and_a_failed_one_are_no_damage(tmp_path, capsys):
     assert "| 1_failed | - | failed |" in out
 
 
+@pytest.fixture(scope="module")
+def unreadable_logs(tmp_path_factory):
+    """One folder of runs for `test_run_convergence_and_plot_runs_name_an_unreadable_log_in_one_line`: a finished run
+    and, beside it, one run damaged in each way of `DAMAGES` (``0_<how>``), and what ``dane figures plot_runs`` said
+    over the folder (its stdout and stderr, and the figure it wrote): one drawing read by every case, not one a case."""
+    import contextlib
+    import io
+
+    from dane.paper_figs import plot_runs
+
+    root = tmp_path_factory.mktemp("unreadable")
+    bad = {how: logged_run(root / "runs", f"0_{how}") for how in DAMAGES}
+    logged_run(root / "runs", "1_job")
+    for how, run in bad.items():
+        damage(run, how)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = plot_runs.main([str(root / "runs"), "--out", str(root / "fig" / "overlay.png")])
+    return {"root": root, "bad": bad, "status": status, "out": out.getvalue(), "err": err.getvalue()}
+
+
 @pytest.mark.filterwarnings("ignore:'dane.paper_figs.run_convergence' found in sys.modules:RuntimeWarning")
 @pytest.mark.parametrize("how", DAMAGES)
-def test_run_convergence_and_plot_runs_name_an_unreadable_log_in_one_line(tmp_path, capsys, monkeypatch, how):
+def test_run_convergence_and_plot_runs_name_an_unreadable_log_in_one_line(unreadable_logs, capsys, monkeypatch, how):
     """`dane figures run_convergence RUN` on a log that cannot be read: one line naming the file and the fix, status
-    2, no traceback; `dane figures plot_runs` skips that run with the same line and draws the others."""
+    2, no traceback; `dane figures plot_runs` skips that run with the same line and draws the others (one plot_runs
+    over a folder holding a run damaged in each way and a finished one: one line a damaged run, each its own)."""
     from dane.experiments.cli import main as dane
-    from dane.paper_figs import plot_runs
 
     for name in ("_entry_command", "_entry_prog"):  # the dane command records its line: not for the tests after
         monkeypatch.setattr(f"dane.records.provenance.{name}", None)
 
-    bad = logged_run(tmp_path / "runs", "0_job")
-    logged_run(tmp_path / "runs", "1_job")
-    damage(bad, how)
+    root, bad = unreadable_logs["root"], unreadable_logs["bad"][how]
     with pytest.raises(SystemExit) as exit_:
         dane(["figures", "run_convergence", str(bad)])
     (line,) = capsys.readouterr().err.splitlines()
     assert exit_.value.code == 2 and line.startswith(f"error: {bad / 'rounds.jsonl'}")
     assert line.endswith(f"rerun the run (out_dir={bad} overwrite=true replaces it)")
-    assert plot_runs.main([str(tmp_path / "runs"), "--out", str(tmp_path / "fig" / "overlay.png")]) == 0
-    out, err = capsys.readouterr()
+    assert unreadable_logs["status"] == 0
+    skipped = unreadable_logs["err"].splitlines()  # one line a damaged run, in the runs' order, none for the good one
+    named = [next((how for how, run in unreadable_logs["bad"].items() if f"{run}:" in said or f"{run}/" in said), None)
+             for said in skipped]
+    assert sorted(named) == sorted(DAMAGES)
+    mine = [said for said, which in zip(skipped, named) if which == how]
     if how == "missing":  # as a job that never logged
-        assert err.splitlines() == [f"skipped {bad}: no rounds.jsonl"]
+        assert mine == [f"skipped {bad}: no rounds.jsonl"]
     else:
-        assert err.splitlines() == [f"skipped: {line.removeprefix('error: ')}"]
-    assert out.split() == [str(tmp_path / "fig" / "overlay.png"), str(tmp_path / "fig" / "overlay.pdf")]
+        assert mine == [f"skipped: {line.removeprefix('error: ')}"]
+    assert unreadable_logs["out"].split() == [str(root / "fig" / "overlay.png"), str(root / "fig" / "overlay.pdf")]
 
 
 def test_run_convergence_names_a_record_without_its_time(tmp_path, capsys):
