@@ -44,8 +44,21 @@ def test_bits_per_client_and_relative_suboptimality_are_the_records(runs):
     assert (summary["uplink_bytes"], summary["downlink_bytes"]) == (fednl[-1]["uplink_bytes"], fednl[-1]["downlink_bytes"])
 
 
-def test_the_figure_and_its_table_are_written(runs, tmp_path):
-    paths = main(runs, tmp_path)
+@pytest.fixture(scope="module")
+def drawn(runs, tmp_path_factory):
+    """`main` over the two runs, once for the tests that read its files or its figure: (the folder it wrote, the
+    paths it returned, the figures it handed to `save`)."""
+    from dane.paper_figs import fednl_bits
+
+    out, figures, real = tmp_path_factory.mktemp("figures"), [], fednl_bits.save
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fednl_bits, "save", lambda fig, *a, **k: figures.append(fig) or real(fig, *a, **k))
+        paths = main(runs, out)
+    return out, paths, figures
+
+
+def test_the_figure_and_its_table_are_written(runs, drawn):
+    tmp_path, paths, _ = drawn
     assert {p.name for p in paths} == {"fednl_bits.png", "fednl_bits.pdf", "fednl_bits.md", "fednl_bits.json"}
     table = (tmp_path / "fednl_bits.md").read_text()
     assert "| FedNL (topk:5) | 6 |" in table and "| GD | 6 |" in table  # by the config.yaml dane.fit wrote
@@ -61,18 +74,15 @@ def test_the_figure_and_its_table_are_written(runs, tmp_path):
     assert len(json.loads((tmp_path / "fednl_bits.json").read_text())["runs"]) == 2
 
 
-def test_the_title_names_what_the_runs_record(runs, tmp_path, monkeypatch):
+def test_the_title_names_what_the_runs_record(drawn):
     """The suptitle and the caption are the runs' own setting: runs made by dane.fit record the problem, its
     arrays, m and λ (their config.yaml), and no tol (each runs to its round cap), and the title says so rather than
     the module's a9a/breast_cancer."""
     from dane.paper_figs import fednl_bits
 
-    drawn = []
-    real = fednl_bits.save
-    monkeypatch.setattr(fednl_bits, "save", lambda fig, *a, **k: drawn.append(fig) or real(fig, *a, **k))
-    main(runs, tmp_path)
+    tmp_path, _, figures = drawn
     setting = "logreg on arrays, m = 4, λ = 0.01, runs stop at the round cap"
-    assert " ".join(drawn[0].get_suptitle().split()) == f"{fednl_bits.WHAT} {setting}"
+    assert len(figures) == 1 and " ".join(figures[0].get_suptitle().split()) == f"{fednl_bits.WHAT} {setting}"
     caption = json.loads((tmp_path / "fednl_bits.json").read_text())["caption"]
     assert caption.startswith(f"{fednl_bits.WHAT}; {setting}; 2 runs;")
     assert (tmp_path / "fednl_bits.md").read_text().splitlines()[0] == caption

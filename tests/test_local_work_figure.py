@@ -29,11 +29,12 @@ def record(t: int, suboptimality: float, passes: float, **traffic) -> dict:
             **traffic}
 
 
-@pytest.fixture
-def runs(tmp_path):
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
     """Two canned runs of 4 clients, O* = 2: a federated one counting its participants' bytes (2 passes and 1 HVP a
     client a round, half the bytes down as up) and one counting comm.compress's per-worker uplink bits alone (1 pass
-    a client a round, no second-order counts)."""
+    a client a round, no second-order counts).  Read only (a module's tests share them)."""
+    tmp_path = tmp_path_factory.mktemp("runs")
     write_run(tmp_path / "fed", [record(t, 10.0 ** (-4 * t), 8.0 * t, uplink_bytes=400 * t, downlink_bytes=200 * t,
                                         local_hvps=4.0 * t, local_hessians=0.0, local_factorizations=0.0)
                                  for t in range(4)], setting=True)
@@ -55,9 +56,19 @@ def test_curves_are_the_records_per_client(runs):
     assert to_target(gd, 1e-20) is None
 
 
-def test_the_figure_and_its_table_are_written(runs, tmp_path_factory):
-    out = tmp_path_factory.mktemp("figures")
-    paths = main(runs, out)
+@pytest.fixture(scope="module")
+def drawn(runs, tmp_path_factory):
+    """`main` over the two canned runs, once for the tests that read its files or its figure: (the folder it wrote,
+    the paths it returned, the figures it handed to `save`)."""
+    out, figures, real = tmp_path_factory.mktemp("figures"), [], local_work.save
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(local_work, "save", lambda fig, *a, **k: figures.append(fig) or real(fig, *a, **k))
+        paths = main(runs, out)
+    return out, paths, figures
+
+
+def test_the_figure_and_its_table_are_written(drawn):
+    out, paths, _ = drawn
     assert {p.name for p in paths} == {"local_work.png", "local_work.pdf", "local_work.md", "local_work.json"}
     table = (out / "local_work.md").read_text()
     # fed at round 2: 8 x 800 / 4 bits up, 8 x 400 / 4 down, 16 / 4 passes, 8 / 4 HVPs; gd counts no downlink and no
@@ -102,18 +113,15 @@ def test_a_run_without_tol_stops_at_its_round_cap_in_the_caption(tmp_path):
     assert setting_text([tmp_path / "old"]) == "?, m = 4, data set, λ, stop rule not recorded"
 
 
-def test_the_title_and_caption_name_the_runs_data_and_settings(runs, tmp_path_factory, monkeypatch):
+def test_the_title_and_caption_name_the_runs_data_and_settings(runs, drawn, tmp_path_factory):
     """The problem, data set, rows x features, m, λ and stop rule are the runs' config.yaml and summary.json (not
     the module's constants), on the image (the suptitle) and in the caption; the table's target beside them."""
-    drawn = []
-    real = local_work.save
-    monkeypatch.setattr(local_work, "save", lambda fig, *a, **k: drawn.append(fig) or real(fig, *a, **k))
-    out = tmp_path_factory.mktemp("figures")
-    main(runs, out)
+    out, _, figures = drawn
+    assert len(figures) == 1
     setting = ("logreg on breast_cancer (569 rows x 30 features), m = 4, λ = 0.001, runs stop at suboptimality "
                "<= 1e-10 x |O*|; the table: cost to 1e-08 relative")
     assert local_work.title([runs / "fed", runs / "gd"]) == f"{local_work.WHAT}\n{setting}"
-    assert " ".join(drawn[0].get_suptitle().split()) == f"{local_work.WHAT} {setting}"
+    assert " ".join(figures[0].get_suptitle().split()) == f"{local_work.WHAT} {setting}"
     assert (out / "local_work.md").read_text().startswith(f"{local_work.WHAT}; {setting}; 2 runs;")
     assert json.loads((out / "local_work.json").read_text())["caption"].startswith(f"{local_work.WHAT}; {setting};")
     # runs that differ say each value; what no run records is named
