@@ -2107,7 +2107,23 @@ def test_the_compressed_rows_show_the_second_order_work_per_node():
     assert row(first_order).startswith("| GD | > 8 | > 7.22e+04 | > 1.44e+05 | > 64.6 | 0 | 0 | 0 | best")
 
 
-def test_the_compressed_figure_and_table_come_from_the_canned_json(tmp_path):
+@pytest.fixture(scope="module")
+def compressed_drawn(tmp_path_factory):
+    """``python -m dane.paper_figs.compressed --json tests/data/bench/compressed.json --page PAGE`` in-process, once
+    for the tests that read what it wrote (``out``, ``page``, ``paths``) or the figure it drew (``drawn``: each
+    (section, figure) that `compressed.draw` was called with and returned)."""
+    from dane.paper_figs import compressed as fig
+
+    out, drawn, real = tmp_path_factory.mktemp("compressed"), [], fig.draw
+    page = out / "page.md"
+    page.write_text(f"x\n{fig.BEGIN}\nold\n{fig.END}\n")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fig, "draw", lambda section: drawn.append((section, real(section))) or drawn[-1][1])
+        paths = fig.main(["--json", str(DATA / "compressed.json"), "--out", str(out), "--page", str(page)])
+    return {"out": out, "page": page, "paths": paths, "drawn": drawn}
+
+
+def test_the_compressed_figure_and_table_come_from_the_canned_json(tmp_path, compressed_drawn):
     """Each present cell is a row of its numbers (a missed one with > and its factor), absent rows one line at the
     end, each claim a line; the figure draws one row of the four panels per dataset."""
     from dane.paper_figs import compressed as fig
@@ -2129,9 +2145,7 @@ def test_the_compressed_figure_and_table_come_from_the_canned_json(tmp_path):
     assert fig.label({"algorithm": "fednl", "keys": {"compressor": "rank:1"}}) == "FedNL (rank-1)"
     assert fig.label({"algorithm": "newton_3pc", "keys": {"mechanism": "bag", "p": 0.25}}) == "Newton-3PC (bag, p = 0.25)"
     assert text.count("\n- phishing: ") == len(section["claims"]) == 4
-    page = tmp_path / "page.md"
-    page.write_text(f"x\n{fig.BEGIN}\nold\n{fig.END}\n")
-    paths = fig.main(["--json", str(DATA / "compressed.json"), "--out", str(tmp_path), "--page", str(page)])
+    tmp_path, page, paths = compressed_drawn["out"], compressed_drawn["page"], compressed_drawn["paths"]
     assert (tmp_path / "compressed.png").stat().st_size > 10_000 and len(paths) == 4
     sidecar = json.loads((tmp_path / "compressed.json").read_text())  # the JSON it was drawn from, as the repo names it
     assert sidecar["json"] == ["tests/data/bench/compressed.json"] and "tests/data/bench/compressed.json (" in \
@@ -2236,16 +2250,17 @@ def test_a_generated_header_names_the_commits_of_the_rows_it_shows():
         "x", sidecar)
 
 
-def test_the_compressed_figure_has_one_legend_below_the_panels_and_a_title_from_the_json():
+def test_the_compressed_figure_has_one_legend_below_the_panels_and_a_title_from_the_json(compressed_drawn):
     """One figure-level legend, outside every panel (below their tick labels and x labels), one entry a method; the
-    suptitle names λ, the datasets drawn with their clients m, and the target, as the JSON's section gives them."""
+    suptitle names λ, the datasets drawn with their clients m, and the target, as the JSON's section gives them.
+    The figure is the one `compressed.main` drew of the canned section and saved (`compressed_drawn`)."""
     import matplotlib.pyplot as plt
 
-    from dane.paper_figs import compressed as fig
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    section = canned("compressed")["compressed"]
-    drawn = fig.draw(section)
-    drawn.canvas.draw()
+    ((section, drawn),) = compressed_drawn["drawn"]
+    assert section == canned("compressed")["compressed"]
+    FigureCanvasAgg(drawn)  # saved (its layout made then) and closed: a canvas of its own to measure it on
     axes = drawn.get_axes()
     assert len(axes) == 4 and all(ax.get_legend() is None for ax in axes) and len(drawn.legends) == 1
     (legend,) = drawn.legends
