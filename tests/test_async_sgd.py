@@ -20,6 +20,7 @@ import torch
 from dane.loop.asynchronous.simulator import EventSimulator
 from dane.comm import ParameterServerCost, Stragglers
 from dane.comm.threads import DeviceTurns
+from dane.records import confusion as confusion_files
 from dane.records.confusion import JSON_FILE
 from dane.loop.launch import execute
 from dane.numerics.inner import preload_optimizers
@@ -170,7 +171,9 @@ def test_asynchronous_local_sgd_under_ssp_keeps_pace_with_synchronous_local_sgd(
     assert summary["final_suboptimality"] < 0.03 * subopt[0]
 
 
-def test_asynchronous_sgd_trains_the_digits_mlp_to_90_percent(tmp_path):
+def test_asynchronous_sgd_trains_the_digits_mlp_to_90_percent(tmp_path, monkeypatch):
+    # the confusion matrix's JSON is read below; its figure, most of this run's time, is tests/test_neural.py's
+    monkeypatch.setattr(confusion_files, "plot_confusion", lambda *args, **kwargs: None)
     summary, _ = run("problem=digits_mlp", "problem.model.hidden=[32]", "algorithm=sync_sgd", "algorithm.batch_size=32",
                      "algorithm.steps_per_round=10", "algorithm.lr=0.05", *PS, "workers=3", "sim.slowdown=[1,1,3]",
                      "comm.staleness=inf", "rounds=5", "quiet=true", out_dir=tmp_path)

@@ -29,7 +29,7 @@ from dane.comm.meters import StartUpLeftOut
 from dane.errors import ConfigError, OutputError
 from dane.loop.launch import execute
 from dane.records.lock import take_lock
-from dane.records import results
+from dane.records import confusion, results
 from dane.records.results import read_rounds, read_summary
 from dane.experiments.config import run_spec
 from helpers import composed
@@ -67,6 +67,15 @@ class Ran:
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory) -> Ran:
     return Ran(tmp_path_factory.mktemp("ran"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_confusion_png():
+    """A classifier's run ends by drawing its confusion matrix (`dane.records.confusion.plot_confusion`, most of a
+    small MLP run's time); no test here reads the figure (tests/test_neural.py does), so it is not drawn."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(confusion, "plot_confusion", lambda *args, **kwargs: None)
+        yield
 
 
 @pytest.mark.parametrize("overrides", [
