@@ -158,7 +158,7 @@ def test_same_seed_same_update_order_and_iterates():
 def test_asynchronous_local_sgd_under_ssp_keeps_pace_with_synchronous_local_sgd():
     """Local gradient descent (lr = 1/max L_i, estimated in lockstep before the asynchronous run) on logistic
     regression: with SSP (s=2) and one worker 3x slower, the same number of updates gets as far as the
-    synchronous rounds (0.0166 after 30 rounds from 0.633, here)."""
+    synchronous rounds: within 5% of their final suboptimality, and below 3% of where it started."""
     common = ("problem=logreg", "problem.optimum=auto", "algorithm=local_sgd", "algorithm.local_steps=5",
               "algorithm.aggregate=weighted",
               "workers=3", "sim.slowdown=[1,1,3]", "rounds=30", "quiet=true")
